@@ -1,0 +1,21 @@
+"""flashdesk engine: load a GGUF model with llama.cpp and generate tokens.
+
+Knows nothing of HTTP. Typical use:
+
+    from engine import Engine, SamplingParams
+    eng = Engine.load("model.gguf")
+    print(eng.chat([{"role": "user", "content": "Hi"}], sampling=SamplingParams(temperature=0)).text)
+    eng.close()
+"""
+
+from .errors import (ContextLengthExceeded, DownloadError, EngineError, EngineStopped, GenerationFailed,
+                     InvalidModelFile, InvalidRequest, ModelLoadError, ModelNotFound)
+from .request import Completion, GenerationRequest, RequestHandle, StreamEvent, Usage
+from .sampling import SamplingParams
+from .worker import Engine, EngineConfig
+
+__all__ = [
+    "Completion", "ContextLengthExceeded", "DownloadError", "Engine", "EngineConfig", "EngineError",
+    "EngineStopped", "GenerationFailed", "GenerationRequest", "InvalidModelFile", "InvalidRequest",
+    "ModelLoadError", "ModelNotFound", "RequestHandle", "SamplingParams", "StreamEvent", "Usage",
+]

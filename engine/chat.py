@@ -1,0 +1,49 @@
+"""Render chat messages to a prompt with the model's own chat template (GGUF metadata).
+
+Rendering uses llama-cpp-python's sandboxed Jinja2 formatter, the same template
+language Hugging Face uses, so a template written for `transformers` renders here too.
+Not a template library: templates come from the model file only.
+"""
+
+from __future__ import annotations
+
+import jinja2
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from .errors import InvalidRequest, ModelLoadError
+from .model import Model
+
+ROLES = ("system", "user", "assistant", "developer", "tool")
+
+
+class ChatTemplate:
+    def __init__(self, model: Model):
+        template = model.chat_template()
+        if template is None:
+            raise ModelLoadError(
+                f"{model.path} has no chat template in its metadata. "
+                "HINT: use /v1/completions with a raw prompt, or a model that ships a template."
+            )
+        self.bos_text = model.token_text(model.bos_id) if model.bos_id >= 0 else ""
+        eos_text = model.token_text(model.eos_id) if model.eos_id >= 0 else ""
+        try:
+            self._fmt = Jinja2ChatFormatter(template, eos_token=eos_text, bos_token=self.bos_text)
+        except jinja2.TemplateError as e:
+            raise ModelLoadError(f"the model's chat template does not parse: {e}") from e
+
+    def render(self, messages: list[dict]) -> str:
+        """messages: [{"role", "content": str}] -> prompt text ending with the assistant's turn."""
+        if not messages:
+            raise InvalidRequest("messages must not be empty", param="messages")
+        for i, m in enumerate(messages):
+            if m.get("role") not in ROLES:
+                raise InvalidRequest(f"messages[{i}].role must be one of {', '.join(ROLES)}",
+                                     param=f"messages[{i}].role")
+            if not isinstance(m.get("content"), str):
+                raise InvalidRequest(f"messages[{i}].content must be a string", param=f"messages[{i}].content")
+        try:
+            return self._fmt(messages=messages).prompt
+        except (jinja2.TemplateError, ValueError, TypeError) as e:
+            # Templates reject some conversations on purpose (raise_exception), e.g. bad role order.
+            raise InvalidRequest(f"the model's chat template rejected these messages: {e}",
+                                 param="messages") from e

@@ -1,0 +1,162 @@
+"""A loaded GGUF model: weights, vocabulary and metadata, through llama.cpp's C API.
+
+This is one of the two modules that call llama-cpp-python's low-level bindings
+(`context.py` is the other): it owns the `llama_model *` and its vocabulary. It does
+not decode; contexts do. Tokenization is read-only on the vocabulary, so callers on
+other threads may tokenize while the worker decodes.
+
+References: llama.cpp `include/llama.h` (model and vocab sections).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import llama_cpp._logger as _llama_logger
+
+from .errors import InvalidRequest, ModelLoadError
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def init_backend(verbose: bool = False) -> None:
+    """Initialise llama.cpp once per process; route its log to stderr only if verbose."""
+    global _backend_ready
+    with _backend_lock:
+        _llama_logger.set_verbose(verbose)
+        if not _backend_ready:
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a user or the server needs to know about a loaded model."""
+
+    path: str
+    architecture: str
+    description: str
+    n_params: int
+    size_bytes: int
+    n_ctx_train: int
+    n_layer: int
+    n_embd: int
+    n_vocab: int
+    has_chat_template: bool
+
+
+class Model:
+    """Owns a `llama_model *`. Free it with `close()` (contexts must be closed first)."""
+
+    def __init__(self, path: str | os.PathLike, *, n_gpu_layers: int = -1, verbose: bool = False):
+        init_backend(verbose)
+        self.path = str(Path(path))
+        if not os.path.isfile(self.path):
+            raise ModelLoadError(f"model file not found: {self.path}")
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers  # ignored by a CPU-only build
+        params.use_mmap = True
+        self.ptr = llama_cpp.llama_model_load_from_file(self.path.encode(), params)
+        if not self.ptr:
+            raise ModelLoadError(
+                f"llama.cpp could not load {self.path}: not a GGUF model this version supports. "
+                "HINT: run `flashdesk inspect` on it, or re-download it."
+            )
+        self.vocab = llama_cpp.llama_model_get_vocab(self.ptr)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.bos_id = llama_cpp.llama_vocab_bos(self.vocab)
+        self.eos_id = llama_cpp.llama_vocab_eos(self.vocab)
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self._piece_cache: dict[int, bytes] = {}
+        self.info = ModelInfo(
+            path=self.path,
+            architecture=self.meta("general.architecture") or "unknown",
+            description=self._desc(),
+            n_params=int(llama_cpp.llama_model_n_params(self.ptr)),
+            size_bytes=int(llama_cpp.llama_model_size(self.ptr)),
+            n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(self.ptr)),
+            n_layer=int(llama_cpp.llama_model_n_layer(self.ptr)),
+            n_embd=int(llama_cpp.llama_model_n_embd(self.ptr)),
+            n_vocab=self.n_vocab,
+            has_chat_template=self.chat_template() is not None,
+        )
+
+    # -- metadata -------------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):  # long value (e.g. a chat template): ask again with room for it
+            buf = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        raw = llama_cpp.llama_model_chat_template(self.ptr, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    def _desc(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self.ptr, buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    # -- vocabulary -----------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_bos: bool | None = None, special: bool = True) -> list[int]:
+        """Text -> token ids. `special` parses control tokens like <|im_start|> in the text."""
+        data = text.encode("utf-8")
+        add = self.add_bos if add_bos is None else add_bos
+        n_max = len(data) + 8
+        buf = (llama_cpp.llama_token * n_max)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add, special)
+        if n < 0:  # buffer too small: llama.cpp returns -(needed)
+            n_max = -n
+            buf = (llama_cpp.llama_token * n_max)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add, special)
+        if n < 0:
+            raise InvalidRequest("the text could not be tokenized")
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """Bytes of one token as it appears in output text (control tokens render empty)."""
+        cached = self._piece_cache.get(token)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        out = buf.raw[: max(n, 0)]
+        self._piece_cache[token] = out
+        return out
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary entry itself, also for control tokens (e.g. "<|im_end|>")."""
+        raw = llama_cpp.llama_vocab_get_text(self.vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            llama_cpp.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self):  # best effort; the worker closes explicitly
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,110 @@
+"""What goes into the engine (`GenerationRequest`) and what comes out (`StreamEvent`).
+
+Plain dataclasses: the server turns HTTP bodies into these at its boundary, and
+Python users build them directly. The worker thread calls `request.sink(event)`
+for every event; `RequestHandle` is the queue-backed sink for synchronous callers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from .errors import EngineError
+from .sampling import SamplingParams
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prefill_ms: float = 0.0  # submit -> first token (queueing + prompt processing)
+    decode_ms: float = 0.0  # first token -> last token
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def decode_tok_per_s(self) -> float:
+        n = self.completion_tokens - 1
+        return n / (self.decode_ms / 1000.0) if n > 0 and self.decode_ms > 0 else 0.0
+
+
+@dataclass
+class StreamEvent:
+    """One step of output for one request. The last event has `finish_reason` or `error`."""
+
+    text: str = ""  # newly final text (may be "")
+    tokens: list[int] = field(default_factory=list)  # token ids committed in this step
+    finish_reason: str | None = None  # "stop" | "length" | "cancelled"
+    usage: Usage | None = None  # set on the last event
+    error: EngineError | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.finish_reason is not None or self.error is not None
+
+
+@dataclass
+class GenerationRequest:
+    prompt: str | list[int]  # text (control tokens are parsed) or token ids
+    max_tokens: int | None = None  # None = until the context is full
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: list[str] = field(default_factory=list)
+    sink: Callable[[StreamEvent], None] | None = None
+    id: int = field(default_factory=lambda: next(_ids))
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    submitted_at: float = field(default_factory=time.perf_counter)
+    prompt_tokens: list[int] = field(default_factory=list)  # filled in by Engine.submit
+
+    def cancel(self) -> None:
+        """Ask the worker to stop this request; it frees its KV cells within one step."""
+        self.cancelled.set()
+
+
+class RequestHandle:
+    """A blocking iterator over a request's events, for callers without an event loop."""
+
+    def __init__(self, request: GenerationRequest):
+        self.request = request
+        self._q: queue.Queue[StreamEvent] = queue.Queue()
+        request.sink = self._q.put
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        while True:
+            ev = self._q.get()
+            yield ev
+            if ev.final:
+                return
+
+    def cancel(self) -> None:
+        self.request.cancel()
+
+
+@dataclass
+class Completion:
+    """A finished generation, collected from its events."""
+
+    text: str
+    tokens: list[int]
+    finish_reason: str
+    usage: Usage
+
+    @classmethod
+    def collect(cls, events: Iterator[StreamEvent]) -> "Completion":
+        text, tokens = [], []
+        for ev in events:
+            if ev.error is not None:
+                raise ev.error
+            text.append(ev.text)
+            tokens.extend(ev.tokens)
+            if ev.final:
+                return cls("".join(text), tokens, ev.finish_reason or "stop", ev.usage or Usage())
+        raise RuntimeError("event stream ended without a final event")

@@ -1,0 +1,83 @@
+"""Sampling parameters and the llama.cpp sampler chain that applies them.
+
+Not a sampler implementation: llama.cpp's own samplers do the math, in the order
+llama-server uses (penalties -> top-k -> top-p -> min-p -> temperature -> draw).
+Temperature 0 is greedy (argmax), exactly reproducible. A seeded chain draws the
+same tokens for the same logits, so `seed` makes sampling reproducible.
+
+References: llama.cpp `include/llama.h`, "Sampling API".
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import llama_cpp
+
+from .errors import InvalidRequest
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.8
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None  # None = a fresh random seed per request
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def validate(self) -> None:
+        checks = [
+            ("temperature", 0.0 <= self.temperature <= 2.0, "must be between 0 and 2"),
+            ("top_p", 0.0 < self.top_p <= 1.0, "must be in (0, 1]"),
+            ("top_k", self.top_k >= 0, "must be >= 0"),
+            ("min_p", 0.0 <= self.min_p <= 1.0, "must be between 0 and 1"),
+            ("presence_penalty", -2.0 <= self.presence_penalty <= 2.0, "must be between -2 and 2"),
+            ("frequency_penalty", -2.0 <= self.frequency_penalty <= 2.0, "must be between -2 and 2"),
+        ]
+        for name, ok, why in checks:
+            value = getattr(self, name)
+            if not ok or (isinstance(value, float) and not math.isfinite(value)):
+                raise InvalidRequest(f"{name} {why} (got {value})", param=name)
+
+
+class Sampler:
+    """A llama.cpp sampler chain for one request. Penalties see only generated tokens."""
+
+    def __init__(self, params: SamplingParams, n_vocab: int, window: int):
+        self.params = params
+        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        add = lambda s: llama_cpp.llama_sampler_chain_add(chain, s)  # noqa: E731
+        if params.presence_penalty or params.frequency_penalty:
+            # The window is the whole output (`window` = max new tokens): OpenAI semantics.
+            add(llama_cpp.llama_sampler_init_penalties(
+                n_vocab, max(window, 1), 1.0, params.frequency_penalty, params.presence_penalty))
+        if params.greedy:
+            add(llama_cpp.llama_sampler_init_greedy())
+        else:
+            if params.top_k > 0:
+                add(llama_cpp.llama_sampler_init_top_k(params.top_k))
+            if params.top_p < 1.0:
+                add(llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
+            if params.min_p > 0.0:
+                add(llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
+            add(llama_cpp.llama_sampler_init_temp(params.temperature))
+            seed = params.seed if params.seed is not None else random.getrandbits(32)
+            add(llama_cpp.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+        self.ptr = chain
+
+    def sample(self, ctx_ptr, row: int) -> int:
+        """Draw from the logits of batch row `row`; also records the token for penalties."""
+        return int(llama_cpp.llama_sampler_sample(self.ptr, ctx_ptr, row))
+
+    def free(self) -> None:
+        if self.ptr:
+            llama_cpp.llama_sampler_free(self.ptr)
+            self.ptr = None

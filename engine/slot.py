@@ -1,0 +1,62 @@
+"""One active sequence in the shared context: its request, sampler, text and positions.
+
+A slot is bound to a fixed sequence id (= KV stream) of the context. It does no
+decoding itself; the worker batches all slots into one decode per step.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .model import Model
+from .request import GenerationRequest, StreamEvent, Usage
+from .sampling import Sampler
+from .text import TextStream
+
+
+class Slot:
+    def __init__(self, seq_id: int):
+        self.seq_id = seq_id
+        self.req: GenerationRequest | None = None
+
+    def start(self, req: GenerationRequest, model: Model, max_new: int) -> None:
+        self.req = req
+        self.sampler = Sampler(req.sampling, model.n_vocab, window=max_new)
+        self.text = TextStream(model.piece, req.stop)
+        self.pending = list(req.prompt_tokens)  # prompt tokens not yet decoded
+        self.n_past = 0  # tokens of this sequence in the KV cache
+        self.output: list[int] = []
+        self.last: int = -1  # last sampled token, decoded next step
+        self.max_new = max_new
+        self.row: int | None = None  # batch row whose logits this slot samples from
+        self.t_first: float | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.req is not None
+
+    @property
+    def prefilling(self) -> bool:
+        return bool(self.pending)
+
+    def usage(self) -> Usage:
+        now = time.perf_counter()
+        first = self.t_first or now
+        return Usage(
+            prompt_tokens=len(self.req.prompt_tokens),
+            completion_tokens=len(self.output),
+            prefill_ms=(first - self.req.submitted_at) * 1000.0,
+            decode_ms=(now - first) * 1000.0,
+        )
+
+    def emit(self, event: StreamEvent) -> bool:
+        """Hand an event to the request's sink; False if the receiver is gone."""
+        try:
+            self.req.sink(event)
+            return True
+        except Exception:  # a closed event loop or queue: treat as a disconnect
+            return False
+
+    def release(self) -> None:
+        self.sampler.free()
+        self.req = None
