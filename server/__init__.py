@@ -1,0 +1,1 @@
+"""flashdesk server: the OpenAI-compatible HTTP API over the engine, and the CLI."""

@@ -1,0 +1,51 @@
+"""The FastAPI application: guards, error table, routes, and the model's lifetime.
+
+`create_app(settings)` builds an app whose model loads in the background when the
+server starts and is closed when it stops.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from . import errors, openai_routes
+from .runtime import Loader, Runtime, load_engine
+from .security import GuardMiddleware
+from .settings import Settings
+
+log = logging.getLogger("flashdesk.server")
+
+
+def create_app(settings: Settings, loader: Loader = load_engine) -> FastAPI:
+    runtime = Runtime(settings, loader)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        runtime.start()
+        try:
+            yield
+        finally:
+            runtime.close()
+
+    app = FastAPI(title="flashdesk", version="0.1.0", lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    app.state.runtime = runtime
+    app.state.settings = settings
+    errors.install(app)
+    app.include_router(openai_routes.router)
+    app.add_middleware(GuardMiddleware, settings=settings)
+
+    @app.get("/health")
+    async def health(request: Request):
+        rt: Runtime = request.app.state.runtime
+        body = {"status": rt.status}
+        if rt.status == "ready":
+            body |= {"model": rt.model.name, "engine": rt.engine.stats(), "n_ctx": rt.engine.n_ctx}
+        if rt.error:
+            body["error"] = rt.error
+        return JSONResponse(body, status_code=200 if rt.status == "ready" else 503)
+
+    return app

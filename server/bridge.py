@@ -1,0 +1,42 @@
+"""From the engine's worker thread to asyncio: submit a request, await its events.
+
+The engine calls `sink(event)` on its own thread; the sink hands the event to the
+request's event loop with `call_soon_threadsafe`. Leaving the iterator early (client
+gone, task cancelled) cancels the request, and the worker frees its KV cells within
+one step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator
+
+from engine import Engine, GenerationRequest, StreamEvent
+
+
+async def submit(engine: Engine, req: GenerationRequest) -> asyncio.Queue:
+    """Queue `req` (tokenizing off the event loop); raises EngineError for a bad request."""
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[StreamEvent] = asyncio.Queue()
+    req.sink = lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev)
+    await asyncio.to_thread(engine.submit, req)
+    return events
+
+
+async def events_of(req: GenerationRequest, events: asyncio.Queue) -> AsyncIterator[StreamEvent]:
+    try:
+        while True:
+            ev = await events.get()
+            yield ev
+            if ev.final:
+                return
+    finally:
+        req.cancel()  # a no-op once finished; otherwise the worker drops it next step
+
+
+async def wait_for_disconnect(receive) -> None:
+    """Returns when the client closes the connection (the body was already read)."""
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            return

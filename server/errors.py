@@ -1,0 +1,98 @@
+"""Every error the API returns, in OpenAI's JSON shape, from one table.
+
+`{"error": {"message", "type", "param", "code"}}` with the status OpenAI clients
+expect: the `openai` package turns these into BadRequestError, AuthenticationError,
+NotFoundError and so on. Engine errors are mapped here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engine.errors import (ContextLengthExceeded, DownloadError, EngineError, EngineStopped, GenerationFailed,
+                           InvalidModelFile, InvalidRequest, ModelLoadError, ModelNotFound)
+
+log = logging.getLogger("flashdesk.server")
+
+# engine error class -> (HTTP status, OpenAI error type). First match wins (subclasses first).
+ENGINE_ERRORS: list[tuple[type[EngineError], int, str]] = [
+    (ContextLengthExceeded, 400, "invalid_request_error"),
+    (InvalidRequest, 400, "invalid_request_error"),
+    (ModelNotFound, 404, "invalid_request_error"),
+    (InvalidModelFile, 400, "invalid_request_error"),
+    (ModelLoadError, 503, "server_error"),
+    (EngineStopped, 503, "server_error"),
+    (DownloadError, 502, "server_error"),
+    (GenerationFailed, 500, "server_error"),
+    (EngineError, 500, "server_error"),
+]
+
+STATUS_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+    404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error",
+    503: "server_error",
+}
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None,
+                 type: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.code, self.param = status, message, code, param
+        self.type = type or STATUS_TYPES.get(status, "server_error")
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status)
+
+
+def from_engine(e: EngineError) -> APIError:
+    for cls, status, etype in ENGINE_ERRORS:
+        if isinstance(e, cls):
+            return APIError(status, e.message, code=e.code, param=e.param, type=etype)
+    raise AssertionError("unreachable: EngineError is the last row")
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api(_: Request, e: APIError):
+        return e.response()
+
+    @app.exception_handler(EngineError)
+    async def _engine(_: Request, e: EngineError):
+        return from_engine(e).response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, e: RequestValidationError):
+        first = e.errors()[0] if e.errors() else {}
+        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        param = ".".join(loc) or None
+        msg = first.get("msg", "invalid request")
+        if first.get("type") == "extra_forbidden":
+            msg = f"unsupported parameter: {param}"
+        elif first.get("type") == "json_invalid" or not loc:
+            msg, param = "the request body must be a JSON object", None
+        return APIError(400, f"{msg}" + (f" ({param})" if param and "unsupported" not in msg else ""),
+                        param=param, code="invalid_request").response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, e: StarletteHTTPException):
+        if e.status_code == 404:
+            return APIError(404, f"no such endpoint: {request.method} {request.url.path}",
+                            code="unknown_url").response()
+        if e.status_code == 405:
+            return APIError(405, f"method {request.method} is not allowed on {request.url.path}",
+                            code="method_not_allowed").response()
+        return APIError(e.status_code, str(e.detail)).response()
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, e: Exception):
+        log.exception("unhandled error")
+        return APIError(500, "internal server error; see the server log", code="internal_error").response()

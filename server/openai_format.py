@@ -1,0 +1,64 @@
+"""OpenAI wire objects: chat.completion, chat.completion.chunk, text_completion.
+
+Pure functions from engine results to JSON-ready dicts; no I/O.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from engine import Usage
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def finish(reason: str | None) -> str | None:
+    # "cancelled" never reaches a client that is still listening; report it as a stop.
+    return None if reason is None else ("length" if reason == "length" else "stop")
+
+
+def usage(u: Usage | None) -> dict | None:
+    if u is None:
+        return None
+    return {
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.total_tokens,
+        # flashdesk extension: where the time went
+        "timings": {"prefill_ms": round(u.prefill_ms, 2), "decode_ms": round(u.decode_ms, 2),
+                    "decode_tokens_per_s": round(u.decode_tok_per_s, 2)},
+    }
+
+
+def chat_completion(cid: str, model: str, text: str, reason: str, u: Usage) -> dict:
+    return {
+        "id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "logprobs": None, "finish_reason": finish(reason)}],
+        "usage": usage(u),
+    }
+
+
+def chat_chunk(cid: str, model: str, created: int, delta: dict, reason: str | None = None) -> dict:
+    return {
+        "id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish(reason)}],
+    }
+
+
+def usage_chunk(cid: str, obj: str, model: str, created: int, u: Usage) -> dict:
+    return {"id": cid, "object": obj, "created": created, "model": model, "choices": [], "usage": usage(u)}
+
+
+def text_completion(cid: str, model: str, created: int, text: str, reason: str | None,
+                    u: Usage | None = None) -> dict:
+    out = {
+        "id": cid, "object": "text_completion", "created": created, "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish(reason)}],
+    }
+    if u is not None:
+        out["usage"] = usage(u)
+    return out

@@ -1,0 +1,129 @@
+"""The OpenAI-compatible endpoints: /v1/chat/completions, /v1/completions, /v1/models.
+
+Each handler validates the body (schemas.py), renders the chat template, turns the
+body into a `GenerationRequest` and either streams Server-Sent Events (sse-starlette)
+or waits for the final event while watching for a client disconnect. A stream that
+fails after it started ends with one `error` event carrying OpenAI error JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from fastapi import APIRouter, Request
+from sse_starlette.sse import EventSourceResponse
+
+from engine import EngineError, GenerationRequest
+
+from . import openai_format as fmt
+from .bridge import events_of, submit, wait_for_disconnect
+from .errors import APIError, from_engine
+from .runtime import Runtime
+from .schemas import ChatCompletionRequest, CompletionRequest
+
+router = APIRouter()
+
+
+def _runtime(request: Request) -> Runtime:
+    return request.app.state.runtime
+
+
+@router.get("/v1/models")
+async def list_models(request: Request):
+    rt = _runtime(request)
+    data = []
+    if rt.model is not None:
+        data.append({"id": rt.model.name, "object": "model", "created": int(rt.model.added),
+                     "owned_by": "flashdesk", "status": rt.status})
+    return {"object": "list", "data": data}
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request):
+    engine = _runtime(request).ready_engine(body.model)
+    prompt = engine.render_chat(body.chat_messages())
+    req = body.to_engine(prompt)
+    events = await submit(engine, req)
+    cid, model = fmt.new_id("chatcmpl"), _runtime(request).model.name
+    if not body.stream:
+        text, ev = await _collect(request, req, events)
+        return fmt.chat_completion(cid, model, text, ev.finish_reason, ev.usage)
+
+    created = int(time.time())
+
+    async def chunks():
+        yield fmt.chat_chunk(cid, model, created, {"role": "assistant", "content": ""})
+        async for ev in events_of(req, events):
+            if ev.error is not None:
+                raise ev.error
+            if ev.text:
+                yield fmt.chat_chunk(cid, model, created, {"content": ev.text})
+            if ev.final:
+                yield fmt.chat_chunk(cid, model, created, {}, ev.finish_reason)
+                if body.include_usage:
+                    yield fmt.usage_chunk(cid, "chat.completion.chunk", model, created, ev.usage)
+
+    return _sse(chunks())
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request):
+    engine = _runtime(request).ready_engine(body.model)
+    req = body.to_engine()
+    events = await submit(engine, req)
+    cid, model, created = fmt.new_id("cmpl"), _runtime(request).model.name, int(time.time())
+    if not body.stream:
+        text, ev = await _collect(request, req, events)
+        return fmt.text_completion(cid, model, created, text, ev.finish_reason, ev.usage)
+
+    async def chunks():
+        async for ev in events_of(req, events):
+            if ev.error is not None:
+                raise ev.error
+            if ev.text or ev.final:
+                yield fmt.text_completion(cid, model, created, ev.text, ev.finish_reason)
+            if ev.final and body.include_usage:
+                yield fmt.usage_chunk(cid, "text_completion", model, created, ev.usage)
+
+    return _sse(chunks())
+
+
+async def _collect(request: Request, req: GenerationRequest, events: asyncio.Queue):
+    """Wait for the whole answer; if the client hangs up first, cancel the generation."""
+
+    async def gather():
+        parts = []
+        async for ev in events_of(req, events):
+            if ev.error is not None:
+                raise ev.error
+            parts.append(ev.text)
+            if ev.final:
+                return "".join(parts), ev
+
+    work = asyncio.ensure_future(gather())
+    gone = asyncio.ensure_future(wait_for_disconnect(request.receive))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not work.done():
+            work.cancel()  # its finally cancels the engine request
+    if not work.done() or work.cancelled():
+        raise APIError(499, "client closed the connection", code="client_closed")
+    return work.result()
+
+
+def _sse(chunks) -> EventSourceResponse:
+    async def frames():
+        try:
+            async for obj in chunks:
+                yield {"data": json.dumps(obj, ensure_ascii=False)}
+            yield {"data": "[DONE]"}
+        except EngineError as e:
+            yield {"event": "error", "data": json.dumps(from_engine(e).body(), ensure_ascii=False)}
+        except APIError as e:
+            yield {"event": "error", "data": json.dumps(e.body(), ensure_ascii=False)}
+
+    return EventSourceResponse(frames(), ping=15, headers={"Cache-Control": "no-cache"})

@@ -1,0 +1,106 @@
+"""Request bodies of the OpenAI-compatible API, validated by pydantic, and their
+conversion to engine dataclasses (`GenerationRequest`) at the boundary.
+
+Unknown parameters are refused (400 "unsupported parameter") rather than ignored:
+silently dropping e.g. `response_format` or `tools` would hand back output that looks
+valid but was never constrained. Field names and defaults follow OpenAI's API.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from engine import GenerationRequest, SamplingParams
+
+MAX_STOP = 16
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class Message(_Strict):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content)
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+
+
+class _Sampling(_Strict):
+    model: str
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, description="flashdesk extension: keep the k most likely tokens (0 = off)")
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    n: Literal[1] = 1
+    user: str | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, v):
+        stops = [v] if isinstance(v, str) else list(v or [])
+        if len(stops) > MAX_STOP:
+            raise ValueError(f"at most {MAX_STOP} stop strings")
+        if any(not s for s in stops):
+            raise ValueError("stop strings must not be empty")
+        return stops
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                              min_p=self.min_p, presence_penalty=self.presence_penalty,
+                              frequency_penalty=self.frequency_penalty, seed=self.seed)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    def limit(self) -> int | None:
+        return self.max_tokens
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+    def limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    def chat_messages(self) -> list[dict]:
+        return [{"role": m.role if m.role != "developer" else "system", "content": m.text()}
+                for m in self.messages]
+
+    def to_engine(self, prompt: str) -> GenerationRequest:
+        return GenerationRequest(prompt, self.limit(), self.sampling(), self.stop)
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[int]
+    max_tokens: int | None = Field(16, ge=1)  # OpenAI's default for legacy completions
+    echo: Literal[False] = False
+
+    def to_engine(self) -> GenerationRequest:
+        return GenerationRequest(self.prompt, self.limit(), self.sampling(), self.stop)
