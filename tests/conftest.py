@@ -1,0 +1,147 @@
+"""Shared fixtures: the real SmolLM2 model (pulled once per machine with the product's
+own pull code), an in-process engine, and real servers started as subprocesses or in
+threads on free loopback ports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from engine import Engine, EngineConfig
+from engine.store import ModelStore, no_progress
+
+ROOT = Path(__file__).resolve().parent.parent
+DEV_PROMPTS = ROOT.parent / "shared" / "eval" / "prompts-dev.jsonl"
+TEST_CTX = 2048
+
+
+def test_home() -> Path:
+    """Per-machine model cache for the tests (not the user's own store)."""
+    return Path(os.environ.get("FLASHDESK_TEST_HOME", Path.home() / ".cache" / "flashdesk-tests"))
+
+
+@pytest.fixture(scope="session")
+def store() -> ModelStore:
+    s = ModelStore(test_home())
+    s.pull("smollm2", progress=no_progress)  # idempotent: downloads only the first time
+    return s
+
+
+@pytest.fixture(scope="session")
+def model_path(store) -> str:
+    return store.get("smollm2").path
+
+
+@pytest.fixture(scope="session")
+def engine(model_path):
+    eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2))
+    yield eng
+    eng.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(base: str, timeout: float = 120.0, want: int = 200) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == want:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"server at {base} did not become ready")
+
+
+class ServerProcess:
+    """`flashdesk serve` as a real subprocess on a free loopback port."""
+
+    def __init__(self, home: Path, *flags: str):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "server.cli", "--home", str(home), "serve", "--port", str(self.port),
+               "--ctx", str(TEST_CTX), "--threads", "2", *flags]
+        self.log = open(home / f"server-{self.port}.log", "w")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+@pytest.fixture(scope="session")
+def server(store):
+    srv = ServerProcess(store.home)
+    try:
+        wait_ready(srv.base)
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def start_server(store):
+    """Start an extra server with other flags; stopped after the test."""
+    started = []
+
+    def start(*flags: str, ready: bool = True) -> ServerProcess:
+        srv = ServerProcess(store.home, *flags)
+        started.append(srv)
+        if ready:
+            wait_ready(srv.base)
+        return srv
+
+    yield start
+    for srv in started:
+        srv.stop()
+
+
+class ThreadServer:
+    """An app from `create_app` served by uvicorn in a thread (for state a subprocess can't show)."""
+
+    def __init__(self, app):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.app = app
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 30
+        while not self.server.started and time.time() < deadline:
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def dev_prompts() -> list[dict]:
+    """The shared dev prompts when this checkout sits beside shared/, else a small built-in set."""
+    if DEV_PROMPTS.is_file():
+        return [json.loads(line) for line in DEV_PROMPTS.read_text("utf-8").splitlines() if line.strip()]
+    return [
+        {"id": "b1", "messages": [{"role": "user", "content": "List three colours of T-shirts."}], "max_tokens": 64},
+        {"id": "b2", "messages": [{"role": "user", "content": "請用一句話介紹印刷廠。"}], "max_tokens": 64},
+        {"id": "b3", "messages": [{"role": "user", "content": "Write a Python function that adds two numbers."}],
+         "max_tokens": 96},
+        {"id": "b4", "messages": [{"role": "user", "content": "What is 17 * 23?"}], "max_tokens": 48},
+    ]
