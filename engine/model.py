@@ -10,29 +10,56 @@ References: llama.cpp `include/llama.h` (model and vocab sections).
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
-import llama_cpp._logger as _llama_logger
 
 from .errors import InvalidRequest, ModelLoadError
 
 _backend_lock = threading.Lock()
 _backend_ready = False
+_verbose = False
+_last_level = 0
+GGML_LOG_WARN, GGML_LOG_ERROR, GGML_LOG_CONT = 3, 4, 5  # enum ggml_log_level of the pinned ggml
+recent_errors: collections.deque[str] = collections.deque(maxlen=8)
+
+
+@llama_cpp.llama_log_callback
+def _on_log(level: int, text: bytes, user_data) -> None:
+    # Our own callback: llama-cpp-python's maps this ggml's levels wrongly (errors as debug).
+    global _last_level
+    level = _last_level if level == GGML_LOG_CONT else level
+    _last_level = level
+    msg = text.decode("utf-8", errors="replace")
+    if level == GGML_LOG_ERROR and msg.strip():
+        recent_errors.append(msg.strip())
+    if _verbose or level == GGML_LOG_ERROR:
+        sys.stderr.write(msg)
 
 
 def init_backend(verbose: bool = False) -> None:
-    """Initialise llama.cpp once per process; route its log to stderr only if verbose."""
-    global _backend_ready
+    """Initialise llama.cpp once per process; its log goes to stderr if verbose (errors always)."""
+    global _backend_ready, _verbose
     with _backend_lock:
-        _llama_logger.set_verbose(verbose)
+        _verbose = verbose
+        llama_cpp.llama_log_set(_on_log, ctypes.c_void_p(0))
         if not _backend_ready:
             llama_cpp.llama_backend_init()
             _backend_ready = True
+
+
+def last_error() -> str:
+    """The most telling recent llama.cpp error line, for messages to the user."""
+    for line in reversed(recent_errors):
+        if "error loading model:" in line:
+            return line.rsplit("error loading model:", 1)[1].strip()
+    return recent_errors[-1] if recent_errors else "no reason given"
 
 
 @dataclass(frozen=True)
@@ -62,11 +89,12 @@ class Model:
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers  # ignored by a CPU-only build
         params.use_mmap = True
+        recent_errors.clear()
         self.ptr = llama_cpp.llama_model_load_from_file(self.path.encode(), params)
         if not self.ptr:
             raise ModelLoadError(
-                f"llama.cpp could not load {self.path}: not a GGUF model this version supports. "
-                "HINT: run `flashdesk inspect` on it, or re-download it."
+                f"llama.cpp could not load {self.path}: {last_error()}. "
+                "HINT: check that the file is a complete GGUF model of a supported architecture."
             )
         self.vocab = llama_cpp.llama_model_get_vocab(self.ptr)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)

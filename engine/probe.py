@@ -24,10 +24,10 @@ def probe(path: str, timeout: float = 300.0) -> dict:
         raise ModelLoadError(f"llama.cpp took over {timeout:.0f} s to load {path}") from None
     if out.returncode != 0:
         lines = [ln.strip() for ln in (out.stderr or "").splitlines() if ln.strip()]
-        # llama.cpp's own reason ("error loading model: ...") says most; else the last line.
-        reasons = [ln.split("error loading model:", 1)[1].strip() for ln in lines if "error loading model:" in ln]
-        why = reasons[-1] if reasons else (lines[-1] if lines else f"exit status {out.returncode}")
-        raise ModelLoadError(f"llama.cpp cannot load {path}: {why}")
+        if out.returncode == 1 and lines:  # a clean refusal: its message is the last line
+            raise ModelLoadError(lines[-1])
+        why = lines[-1] if lines else f"exit status {out.returncode}"
+        raise ModelLoadError(f"llama.cpp crashed while loading {path} ({why}); the file is not usable")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -37,7 +37,7 @@ def _main(path: str) -> int:
     try:
         model = Model(path, n_gpu_layers=0)
     except ModelLoadError as e:
-        print(e.message, file=sys.stderr)
+        print(f"\n{e.message}", file=sys.stderr)
         return 1
     print(json.dumps(asdict(model.info)))
     model.close()

@@ -78,7 +78,7 @@ def install(app: FastAPI) -> None:
         if first.get("type") == "extra_forbidden":
             msg = f"unsupported parameter: {param}"
         elif first.get("type") == "json_invalid" or not loc:
-            msg, param = "the request body must be a JSON object", None
+            msg, param = "the request body must be a JSON object (Content-Type: application/json)", None
         return APIError(400, f"{msg}" + (f" ({param})" if param and "unsupported" not in msg else ""),
                         param=param, code="invalid_request").response()
 

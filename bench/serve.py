@@ -1,0 +1,137 @@
+"""Server benchmark: what HTTP costs, and what continuous batching buys.
+
+In one run, on the same model and settings:
+  A. in-process engine vs streamed HTTP (`flashdesk serve` subprocess, openai client),
+     the same prompts alternated A B A B -> tokens/s of each and the overhead ratio;
+  B. aggregate tokens/s with 1 stream vs 4 concurrent streams (HTTP), alternated.
+Reports medians and ratios, writes JSON to bench/out/serve.json.
+
+    .venv/bin/python bench/serve.py [--rounds 5] [--max-tokens 96]
+
+Speed is noisy on a shared 2-core machine: quote the ratios, not the absolute numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import openai
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from conftest import dev_prompts, free_port, test_home, wait_ready  # noqa: E402
+
+from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
+from engine.store import ModelStore, no_progress  # noqa: E402
+
+GREEDY = SamplingParams(temperature=0)
+
+
+def pick_prompts(n: int) -> list[dict]:
+    ps = dev_prompts()
+    by_cat: dict[str, list] = {}
+    for p in ps:
+        by_cat.setdefault(p.get("category", "misc"), []).append(p)
+    out = [lst[0] for lst in by_cat.values()]  # one per category, then fill
+    return (out + [p for p in ps if p not in out])[:n]
+
+
+def in_process(engine: Engine, p: dict, max_tokens: int) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    c = engine.chat(p["messages"], sampling=GREEDY, max_tokens=max_tokens)
+    return len(c.tokens), time.perf_counter() - t0
+
+
+def over_http(client: openai.OpenAI, p: dict, max_tokens: int) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    n = 0
+    for chunk in client.chat.completions.create(model="smollm2", messages=p["messages"], temperature=0,
+                                                max_tokens=max_tokens, stream=True,
+                                                stream_options={"include_usage": True}):
+        if chunk.usage:
+            n = chunk.usage.completion_tokens
+    return n, time.perf_counter() - t0
+
+
+def concurrent(client: openai.OpenAI, prompts: list[dict], max_tokens: int) -> tuple[int, float]:
+    counts = [0] * len(prompts)
+
+    def run(i):
+        counts[i] = over_http(client, prompts[i], max_tokens)[0]
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts), time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "serve.json"))
+    a = ap.parse_args()
+
+    store = ModelStore(test_home())
+    model = store.pull("smollm2", progress=no_progress)
+    prompts = pick_prompts(4)
+    ctx = 2048
+    engine = Engine.load(model.path, EngineConfig(n_ctx=ctx, n_parallel=4, n_threads=a.threads))
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "server.cli", "--home", str(store.home), "serve",
+                               "--port", str(port), "--ctx", str(ctx), "--threads", str(a.threads)],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base)
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=300)
+        over_http(client, prompts[0], 8), in_process(engine, prompts[0], 8)  # warm both
+        rates = {"engine": [], "http": [], "http_1": [], "http_4": []}
+        for r in range(a.rounds):
+            for p in prompts:  # A B A B on the same prompt
+                n, t = in_process(engine, p, a.max_tokens)
+                rates["engine"].append(n / t)
+                n, t = over_http(client, p, a.max_tokens)
+                rates["http"].append(n / t)
+            n, t = concurrent(client, prompts[:1], a.max_tokens)
+            rates["http_1"].append(n / t)
+            n, t = concurrent(client, prompts[:4], a.max_tokens)
+            rates["http_4"].append(n / t)
+            print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        engine.close()
+
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    result = {
+        "model": model.name, "model_sha256": model.sha256, "threads": a.threads, "max_tokens": a.max_tokens,
+        "rounds": a.rounds, "prompts": [p.get("id") for p in prompts], "machine": platform.platform(),
+        "median_tok_per_s": {k: round(v, 2) for k, v in med.items()},
+        "http_over_engine": round(med["http"] / med["engine"], 3),
+        "aggregate_4_over_1": round(med["http_4"] / med["http_1"], 3),
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                 text=True).stdout.strip(),
+    }
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
