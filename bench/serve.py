@@ -28,7 +28,7 @@ import httpx
 import openai
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the packages, then the test helpers
 from conftest import dev_prompts, free_port, test_home, wait_ready  # noqa: E402
 
 from engine import Engine, EngineConfig, SamplingParams  # noqa: E402

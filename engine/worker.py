@@ -49,6 +49,7 @@ class Engine:
         self.chat_template = ChatTemplate(model) if model.info.has_chat_template else None
         self._slots = [Slot(i) for i in range(self.ctx.n_seq)]
         self._queue: queue.Queue[GenerationRequest | None] = queue.Queue()
+        self._waiting: list[GenerationRequest] = []  # taken off the queue, no free slot yet
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="flashdesk-engine", daemon=True)
         self._thread.start()
@@ -121,7 +122,7 @@ class Engine:
 
     def stats(self) -> dict:
         busy = sum(s.busy for s in self._slots)
-        return {"active": busy, "queued": self._queue.qsize(), "slots": len(self._slots)}
+        return {"active": busy, "queued": self._queue.qsize() + len(self._waiting), "slots": len(self._slots)}
 
     def close(self) -> None:
         if not self._stopping.is_set():
@@ -134,28 +135,31 @@ class Engine:
     # -- worker side -----------------------------------------------------------------
 
     def _run(self) -> None:
-        waiting: list[GenerationRequest] = []
         try:
             while not self._stopping.is_set():
-                self._admit(waiting)
+                self._admit()
                 for slot in self._slots:
                     if slot.busy and slot.req.cancelled.is_set():
                         self._finish(slot, StreamEvent(finish_reason="cancelled"))
                 if any(s.busy for s in self._slots):
-                    self._step()
-        except Exception as e:  # a bug, not a bad request: fail everyone loudly, keep nothing half-done
-            log.exception("engine worker crashed")
-            for slot in self._slots:
-                if slot.busy:
-                    self._finish(slot, StreamEvent(error=GenerationFailed(f"engine error: {e}")))
+                    try:
+                        self._step()
+                    except Exception as e:  # a bug, not a bad request: fail this step's requests, go on
+                        log.exception("engine step failed")
+                        for slot in self._slots:
+                            if slot.busy:
+                                self._finish(slot, StreamEvent(error=GenerationFailed(f"engine error: {e}")))
         finally:
             stopped = EngineStopped("the engine stopped before this request finished")
             for slot in self._slots:
                 if slot.busy:
                     self._finish(slot, StreamEvent(error=stopped))
-            for req in waiting + self._drain():
-                if req.sink:
+            for req in self._waiting + self._drain():
+                try:
                     req.sink(StreamEvent(error=stopped))
+                except Exception:  # its receiver is gone too
+                    pass
+            self._waiting.clear()
 
     def _drain(self) -> list[GenerationRequest]:
         out = []
@@ -167,8 +171,9 @@ class Engine:
             if r is not None:
                 out.append(r)
 
-    def _admit(self, waiting: list[GenerationRequest]) -> None:
+    def _admit(self) -> None:
         """Move queued requests into free slots; block only when there is nothing to do."""
+        waiting = self._waiting
         idle = not any(s.busy for s in self._slots) and not waiting
         try:
             while True:
