@@ -66,9 +66,19 @@ def cmd_import(a) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("flashdesk")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flashdesk", description="Local LLM server with an OpenAI-compatible API.")
     p.add_argument("--home", help="data folder (default: FLASHDESK_HOME or the OS convention)")
+    p.add_argument("--version", action="version", version=f"flashdesk {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="start the API server")
