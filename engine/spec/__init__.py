@@ -1,0 +1,1 @@
+"""The speculative step: draft -> select -> verify -> accept -> commit."""
