@@ -1,0 +1,74 @@
+"""The select stage of the speculative step: the path through the DFlash 2 lattice.
+
+What it is: one call, `select`, that turns the draft's lattice (K candidates and K x K
+transition scores per block slot) into the path the target will verify, with one of
+the native selectors (native/src/fd_select.c):
+  walk     upstream llama.cpp's greedy walk (what the selector was trained for; parity),
+  viterbi  the max-product path under p_t(b|a) = softmax(scores_t[a]),
+  dp       the path with the most expected accepted tokens; also reports that number,
+  top1     DFlash v1: each position's best unary logit (needs `unary`).
+At temperature > 0 with `uniforms`, the path is *drawn* by a sampling walk and comes
+with the proposal q it was drawn from, which rejection sampling needs to stay lossless.
+What it is not: the draft forward (engine/spec drafters) or acceptance (accept.py).
+
+Lossless sampling note: a deterministic path must be verified as a point mass
+(q = None here; the acceptance stage treats that as K = 1, q = 1). Verifying it
+against the softmax it was *not* drawn from would bias the output, so `select`
+returns q only for a drawn path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import native
+from ..errors import InvalidRequest
+from ..native import Lattice, RawLattice  # noqa: F401  (re-exported: what callers pass in)
+
+METHODS = ("walk", "viterbi", "dp", "top1")
+
+
+@dataclass
+class Selection:
+    idx: np.ndarray  # [T] int32 chosen candidate index per path position
+    ids: np.ndarray  # [T] int32 the path: token ids for slots 1..T
+    q: np.ndarray | None  # [T, K] float32 the proposal the path was drawn from; None = point mass
+    expected_accepted: float | None  # dp only: V_0, the draft's own estimate of accepted tokens
+    cand_ids: np.ndarray | None = None  # [T, K] int32 candidate ids per position (with q)
+
+
+def select(lattice: Lattice, T: int, K: int, method: str, temperature: float = 0.0, uniforms=None,
+           unary=None) -> Selection:
+    """Pick the path for one block. lattice: [B, stride] float32 rows or a RawLattice
+    (slot 0 = anchor); T <= B-1 path positions; K candidates per position.
+    uniforms [T] in [0, 1) with temperature > 0: draw the path (method must be "walk");
+    unary [T, K]: the draft's logits of the candidates, for method "top1"."""
+    if method not in METHODS:
+        raise InvalidRequest(f"unknown path selector {method!r}; choose one of {', '.join(METHODS)}",
+                             param="selector")
+    if uniforms is not None:
+        if not temperature > 0:
+            raise InvalidRequest("a sampled path needs temperature > 0", param="temperature")
+        if method != "walk":
+            raise InvalidRequest(f"only the walk can be sampled; {method!r} is deterministic (pass no "
+                                 "uniforms and verify its path as a point mass)", param="selector")
+        idx, ids, q = native.select_sample(lattice, T, K, temperature, uniforms)
+        rows = native.lattice_rows(lattice, T)  # [T+1, stride]
+        cand_ids = rows[1:, :K].astype(np.int32)  # [T, K]
+        return Selection(idx, ids, q, None, cand_ids)
+    if method == "walk":
+        idx, ids, _ = native.select_walk(lattice, T, K)
+        return Selection(idx, ids, None, None)
+    if method == "viterbi":
+        idx, ids, _ = native.select_viterbi(lattice, T, K)
+        return Selection(idx, ids, None, None)
+    if method == "dp":
+        idx, ids, _, expected = native.select_dp(lattice, T, K)
+        return Selection(idx, ids, None, expected)
+    if unary is None:
+        raise InvalidRequest("the top1 selector needs the draft's unary logits of the candidates",
+                             param="selector")
+    idx, ids, _ = native.select_top1(lattice, T, K, unary)
+    return Selection(idx, ids, None, None)
