@@ -1,0 +1,369 @@
+"""The DFlash 2 drafter: a llama.cpp draft context fed with the target's layer features.
+
+`DFlashDrafter` implements `engine.spec.drafter.Drafter` for several concurrent
+sequences. `attach` turns on layer-input capture on the target context for every tap of
+the draft and creates the draft context (`ctx_other` = target, non-causal, nextn output
+unmasked). `observe` copies the captured features of committed target rows, tap by tap,
+and decodes them into the draft context as an embedding batch at the target positions
+(KV injection). `propose` decodes one block `[anchor, mask, ..., mask]` per sequence,
+reads the lattice (DESIGN.md §2, §3) and walks it to a path.
+
+Everything that would abort the process inside llama.cpp is checked here first: the
+draft GGUF is validated before it is loaded (`inspect_draft`), and every call checks
+tap ids, row counts against the draft's n_ubatch, block length against block_size and
+that the target has decoded the rows it reads.
+
+Not the path selector of record: `walk` is upstream's greedy walk (and a plain
+softmax draw at temperature > 0); `engine/spec/select.py` can take over from the raw
+lattice kept in `Proposal.stats["lattice"]`. Not the loop either (`engine/spec/loop.py`).
+References: llama.cpp `common/speculative.cpp` (DFlash driver), `src/models/dflash.cpp`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import time
+from dataclasses import dataclass
+
+import llama_cpp
+import numpy as np
+
+from gguf_tools import GGUFFormatError, check_gguf
+from gguf_tools.dflash_draft import read_metadata
+
+from ..context import Batch, Context
+from ..errors import GenerationFailed, ModelLoadError
+from ..model import Model
+from . import llama_ext as ext
+from .drafter import Proposal, SeqView
+
+# Target architectures whose graph in the pinned llama.cpp sets the input of every layer
+# as a capturable tensor (`res->t_layer_inp[il]`); others abort on the first decode.
+CAPTURE_ARCHS = frozenset({"llama", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma4", "gpt-oss"})
+MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: more aborts the loader
+HINT = "HINT: export the draft for this exact target with `gguf_tools.dflash_draft`, or run without a draft."
+
+
+class DraftRefused(ModelLoadError):
+    """The draft GGUF does not fit this target (or is not a DFlash 2 draft at all)."""
+
+
+class DraftStepError(GenerationFailed):
+    """A draft call was refused before it reached llama.cpp, or llama.cpp failed it."""
+
+
+@dataclass(frozen=True)
+class DraftInfo:
+    """What validation read from a draft GGUF."""
+
+    path: str
+    n_embd: int
+    n_layer: int
+    block_size: int
+    top_k: int  # K candidates per block slot
+    target_layers: tuple[int, ...]  # llama.cpp capture ids on the target
+    mask_token_id: int
+    causal: bool
+    n_vocab_draft: int | None  # reduced output vocabulary (d2t), None = the target's head
+
+
+def vocab_digest(tokens) -> str:
+    """sha256 over the raw bytes of every vocabulary entry, in id order."""
+    h = hashlib.sha256()
+    for t in tokens:
+        h.update(t)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def target_vocab_digest(target: Model) -> str:
+    return vocab_digest(llama_cpp.llama_vocab_get_text(target.vocab, i) or b"" for i in range(target.n_vocab))
+
+
+def inspect_draft(path: str, target: Model) -> DraftInfo:
+    """Validate a draft GGUF against a loaded target without loading the draft."""
+    arch_t = target.info.architecture
+    if arch_t not in CAPTURE_ARCHS:
+        raise DraftRefused(f"target architecture {arch_t!r} cannot publish layer inputs in this llama.cpp, so no "
+                           f"DFlash 2 draft can run on it (supported: {', '.join(sorted(CAPTURE_ARCHS))}). "
+                           "HINT: use prompt lookup or plain decoding for this model.")
+    try:
+        summary = check_gguf(path)
+    except (GGUFFormatError, OSError) as e:
+        raise DraftRefused(f"draft {path} is not a readable GGUF: {e}. {HINT}") from None
+    meta = summary.metadata
+    if summary.architecture != "dflash":
+        raise DraftRefused(f"{path} is a {summary.architecture!r} model, not a DFlash draft "
+                           f"(general.architecture must be 'dflash'). {HINT}")
+    tensors = {t.name: t for t in summary.tensors}
+
+    def num(key: str, default: int = 0) -> int:
+        v = meta.get(f"dflash.{key}", default)
+        return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+    n_embd, n_layer, k = num("embedding_length"), num("block_count"), num("selector_top_k")
+    block, rank = num("block_size", 16), num("selector_rank")
+    kernel, group = num("conv_kernel_size"), num("conv_group_size")
+    problems = []
+    if n_embd != target.info.n_embd:
+        problems.append(f"its n_embd is {n_embd} but the target's is {target.info.n_embd}")
+    if not 1 <= n_layer <= MAX_LAYERS:
+        problems.append(f"dflash.block_count {n_layer} is out of range")
+    if k <= 0 or "selector_hidden.weight" not in tensors:
+        problems.append("it is no DFlash 2 draft (dflash.selector_top_k and the selector tensors are missing)")
+    elif rank <= 0 or kernel <= 0 or group <= 0 or n_embd % group or n_embd < k * (k + 1):
+        problems.append("its conv/selector metadata is inconsistent")
+    if block < 2:
+        problems.append(f"dflash.block_size {block} is below 2")
+    if problems:
+        raise DraftRefused(f"draft {path} does not fit target {target.path}: {'; '.join(problems)}. {HINT}")
+    arrays = read_metadata(path, ("dflash.target_layers", "tokenizer.ggml.tokens", "tokenizer.ggml.mask_token_id"))
+    taps = arrays.get("dflash.target_layers")
+    taps = tuple(int(t) for t in taps.value) if taps is not None and isinstance(taps.value, list) else ()
+    n_layer_t = target.info.n_layer
+    if not taps or any(not 0 <= t < n_layer_t for t in taps):
+        raise DraftRefused(f"draft {path} taps target layers {list(taps)}, but the target has {n_layer_t} layers "
+                           f"(every id must be in [0, {n_layer_t})). {HINT}")
+    tokens = arrays.get("tokenizer.ggml.tokens")
+    tokens = tokens.value if tokens is not None else []
+    if len(tokens) != target.n_vocab or vocab_digest(tokens) != target_vocab_digest(target):
+        raise DraftRefused(f"draft {path} has another tokenizer than the target ({len(tokens)} vs "
+                           f"{target.n_vocab} tokens, or different token texts). {HINT}")
+    mask = arrays.get("tokenizer.ggml.mask_token_id")
+    mask = int(mask.value) if mask is not None else -1
+    if not 0 <= mask < target.n_vocab:
+        raise DraftRefused(f"draft {path} has no valid tokenizer.ggml.mask_token_id. {HINT}")
+    n_keep = None
+    if "d2t" in tensors:
+        d2t = tensors["d2t"]
+        if d2t.type_name != "I64" or "output.weight" not in tensors or len(d2t.shape) != 1:
+            raise DraftRefused(f"draft {path} has a d2t map without an I64 type or an output.weight. {HINT}")
+        n_keep = int(d2t.shape[0])
+    return DraftInfo(path, n_embd, n_layer, block, k, taps, mask, meta.get("dflash.attention.causal") is True, n_keep)
+
+
+def walk(lattice: np.ndarray, top_k: int, temperature: float = 0.0, rng: np.random.Generator | None = None):
+    """Path through one block's lattice rows `[B, stride]` (row 0 = anchor, unused).
+
+    Greedy (temperature <= 0): upstream's walk, predecessor index 0 at slot 1, then the
+    argmax over b of score[pred][b], ties to the lowest index. Otherwise each slot draws
+    from q = softmax(score[pred] / temperature). Returns (tokens [T], cand_ids [T, K] or
+    None, cand_q [T, K] or None) with T = B - 1.
+    """
+    k = top_k
+    ids = lattice[1:, :k].astype(np.int64)  # [T, K] candidate ids (exact in float32 below 2^24)
+    scores = lattice[1:, k:k + k * k].reshape(-1, k, k)  # [T, K pred, K cand]
+    greedy = temperature <= 0.0
+    cand_q = None if greedy else np.empty(ids.shape, np.float32)  # [T, K]
+    rng = rng if rng is not None else np.random.default_rng()
+    tokens, pred = [], 0
+    for t in range(ids.shape[0]):
+        row = scores[t, pred].astype(np.float64)  # [K]
+        if greedy:
+            pred = int(np.argmax(row))  # first maximum, as std::max_element
+        else:
+            q = np.exp((row - row.max()) / temperature)
+            q /= q.sum()
+            cand_q[t] = q
+            pred = int(rng.choice(k, p=q))
+        tokens.append(int(ids[t, pred]))
+    return tokens, (None if greedy else ids.astype(np.int32)), cand_q
+
+
+class DFlashDrafter:
+    """A DFlash 2 draft for one target model, drafting for all its sequences."""
+
+    name = "dflash"
+
+    def __init__(self, draft_path: str, target: Model, *, n_ubatch: int = 64, seed: int = 0, verbose: bool = False):
+        self.info = inspect_draft(str(draft_path), target)  # raises DraftRefused; nothing loaded yet
+        self.target = target
+        self.n_ubatch_want = max(int(n_ubatch), self.info.block_size)
+        self.rng = np.random.default_rng(seed)
+        self.model = Model(draft_path, verbose=verbose)
+        got_k = int(ext.llama_model_dflash_selector_top_k(self.model.ptr))
+        got_taps = tuple(ext.target_layer_ids(self.model.ptr))
+        got_mask = int(llama_cpp.llama_vocab_mask(self.model.vocab))
+        if (got_k, got_taps, got_mask) != (self.info.top_k, self.info.target_layers, self.info.mask_token_id):
+            self.model.close()
+            raise DraftRefused(f"llama.cpp read draft {draft_path} differently than its metadata says "
+                               f"(top_k {got_k}, taps {got_taps}, mask {got_mask}). {HINT}")
+        self.n_embd = self.info.n_embd
+        self.n_enc = len(self.info.target_layers) * self.n_embd  # width of one injected feature row
+        self.ctx = None
+        self.tctx: Context | None = None
+
+    # -- setup --------------------------------------------------------------------------
+
+    def attach(self, target_ctx: Context) -> None:
+        """Enable capture on the target and create the draft context (before the target's first decode)."""
+        if self.ctx is not None:
+            raise DraftStepError("this DFlash drafter is already attached to a target context")
+        if target_ctx.model.ptr != self.target.ptr:
+            raise DraftStepError("attach() got a context of another model than the draft was validated for")
+        mem = target_ctx.memory
+        if any(llama_cpp.llama_memory_seq_pos_max(mem, s) >= 0 for s in range(target_ctx.n_seq)):
+            raise DraftStepError("attach the DFlash drafter before the target's first decode (its KV is not empty)")
+        for lid in self.info.target_layers:  # ids checked < target n_layer in inspect_draft
+            ext.llama_set_embeddings_layer_inp(target_ctx.ptr, lid, True)
+        p = llama_cpp.llama_context_default_params()
+        p.n_ctx = target_ctx.n_ctx_seq * target_ctx.n_seq
+        p.n_seq_max = target_ctx.n_seq
+        p.n_batch = p.n_ubatch = self.n_ubatch_want  # non-causal: one decode must fit one ubatch
+        p.n_threads = llama_cpp.llama_n_threads(target_ctx.ptr)
+        p.n_threads_batch = llama_cpp.llama_n_threads_batch(target_ctx.ptr)
+        p.kv_unified = False  # one KV stream per sequence, like the target
+        p.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        p.no_perf = True
+        p.ctx_other = target_ctx.ptr  # the draft borrows the target's token embedding and output head
+        ctx = llama_cpp.llama_init_from_model(self.model.ptr, p)
+        if not ctx:
+            raise ModelLoadError("llama.cpp could not create the DFlash draft context. HINT: lower --ctx or --parallel.")
+        self.ctx, self.tctx = ctx, target_ctx
+        ext.llama_set_embeddings_nextn(ctx, True, False)  # unmasked: one lattice row per block slot
+        llama_cpp.llama_set_causal_attn(ctx, self.info.causal)
+        self.mem = llama_cpp.llama_get_memory(ctx)
+        self.n_ubatch = int(llama_cpp.llama_n_ubatch(ctx))
+        self.n_seq = int(llama_cpp.llama_n_seq_max(ctx))
+        self.n_ctx_seq = int(llama_cpp.llama_n_ctx_seq(ctx))
+        self.tokens = Batch(self.n_ubatch)
+        self.embd = llama_cpp.llama_batch_init(self.n_ubatch, self.n_enc, 1)
+        self.last_observe: dict = {}
+
+    def close(self) -> None:
+        """Free the draft context and model (before the target context they point into)."""
+        if getattr(self, "ctx", None):
+            self.tokens.free()
+            llama_cpp.llama_batch_free(self.embd)
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+        if getattr(self, "model", None) is not None:
+            self.model.close()
+
+    def _attached(self) -> Context:
+        if self.ctx is None or self.tctx is None:
+            raise DraftStepError("the DFlash drafter is not attached to a target context")
+        return self.tctx
+
+    def _seq(self, seq_id: int) -> int:
+        if not 0 <= seq_id < self.n_seq:
+            raise DraftStepError(f"sequence id {seq_id} is outside [0, {self.n_seq})")
+        return seq_id
+
+    def draft_pos_max(self, seq_id: int) -> int:
+        """Last position in the draft KV of `seq_id` (-1: empty)."""
+        self._attached()
+        return int(llama_cpp.llama_memory_seq_pos_max(self.mem, self._seq(seq_id)))
+
+    # -- Drafter ------------------------------------------------------------------------
+
+    def observe(self, committed: list[tuple[int, int, int]]) -> None:
+        """Inject the target features of committed rows (seq_id, pos, batch_row) into the draft KV."""
+        tctx = self._attached()
+        if not committed:
+            return
+        t0 = time.perf_counter()
+        by_seq: dict[int, list[tuple[int, int]]] = {}
+        for seq_id, pos, row in committed:
+            if not 0 <= row < tctx.n_batch or pos < 0:
+                raise DraftStepError(f"observe(): row {row} / position {pos} is outside the target batch")
+            by_seq.setdefault(self._seq(seq_id), []).append((int(pos), int(row)))
+        order: list[tuple[int, int, int]] = []  # (seq, pos, row), each sequence's positions consecutive
+        for seq_id, items in by_seq.items():
+            items.sort()
+            if any(b[0] != a[0] + 1 for a, b in zip(items, items[1:])):
+                raise DraftStepError(f"observe(): positions of sequence {seq_id} are not consecutive")
+            if llama_cpp.llama_memory_seq_pos_max(tctx.memory, seq_id) < items[-1][0]:
+                # the target never decoded these rows: its feature buffers may not even exist
+                raise DraftStepError(f"observe(): the target has not decoded position {items[-1][0]} "
+                                     f"of sequence {seq_id}")
+            # drop the previous draft block (and anything the target re-decoded), then require continuity
+            llama_cpp.llama_memory_seq_rm(self.mem, seq_id, items[0][0], -1)
+            have = int(llama_cpp.llama_memory_seq_pos_max(self.mem, seq_id))
+            if items[0][0] != have + 1:
+                raise DraftStepError(f"observe(): sequence {seq_id} starts at position {items[0][0]} but the "
+                                     f"draft holds positions up to {have}: a committed row was not observed")
+            order += [(seq_id, p, r) for p, r in items]
+        rows = np.fromiter((r for _, _, r in order), np.int64, len(order))  # [R]
+        feats = np.empty((len(order), self.n_enc), np.float32)  # [R, n_taps * n_embd]
+        for k, lid in enumerate(self.info.target_layers):
+            ptr = ext.llama_get_embeddings_layer_inp(tctx.ptr, lid)
+            layer = np.ctypeslib.as_array(ptr, shape=(tctx.n_batch, self.n_embd))  # [n_batch, n_embd]
+            feats[:, k * self.n_embd:(k + 1) * self.n_embd] = layer[rows]
+        t1 = time.perf_counter()
+        for start in range(0, len(order), self.n_ubatch):  # more rows than n_ubatch in one call aborts
+            self._inject(order[start:start + self.n_ubatch], feats[start:start + self.n_ubatch])
+        t2 = time.perf_counter()
+        self.last_observe = {"rows": len(order), "gather_ms": (t1 - t0) * 1e3, "inject_ms": (t2 - t1) * 1e3}
+
+    def _inject(self, chunk: list[tuple[int, int, int]], feats: np.ndarray) -> None:
+        b, n = self.embd, len(chunk)  # feats: [n, n_enc]
+        ctypes.memmove(b.embd, feats.ctypes.data, feats.nbytes)
+        for i, (seq_id, pos, _) in enumerate(chunk):
+            b.pos[i] = pos
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seq_id
+            b.logits[i] = False
+        b.n_tokens = n
+        rc = llama_cpp.llama_decode(self.ctx, b)
+        if rc != 0:
+            raise DraftStepError(f"draft KV injection of {n} rows failed with status {rc}")
+
+    def propose(self, seqs: list[SeqView], n_draft: int, temperature: float) -> list[Proposal]:
+        """One block of n_draft + 1 slots per sequence, all blocks of equal length; one decode
+        per group of sequences that fits the draft's n_ubatch."""
+        self._attached()
+        width = n_draft + 1  # anchor + n_draft masked slots
+        if n_draft < 1 or width > self.info.block_size or width > self.n_ubatch:
+            raise DraftStepError(f"propose(): n_draft {n_draft} must be in [1, {self.info.block_size - 1}]")
+        if len({s.seq_id for s in seqs}) != len(seqs):
+            raise DraftStepError("propose(): a sequence appears twice")
+        out: list[Proposal | None] = [None] * len(seqs)
+        ready = []
+        for i, sv in enumerate(seqs):
+            seq_id = self._seq(sv.seq_id)
+            anchor = sv.tokens[-1] if sv.tokens else -1
+            if not 0 <= anchor < self.target.n_vocab or sv.pos < 0 or sv.pos + width > self.n_ctx_seq:
+                raise DraftStepError(f"propose(): sequence {seq_id} has no valid anchor or no room for a block")
+            llama_cpp.llama_memory_seq_rm(self.mem, seq_id, sv.pos, -1)  # a stale block from a previous call
+            if llama_cpp.llama_memory_seq_pos_max(self.mem, seq_id) != sv.pos - 1:
+                out[i] = Proposal([], stats={"skipped": "draft KV does not reach the anchor (rows not observed)"})
+                continue
+            ready.append(i)
+        ready.sort(key=lambda i: seqs[i].seq_id)  # consecutive ids share one llama.cpp ubatch
+        per_decode = self.n_ubatch // width
+        for g in range(0, len(ready), per_decode):
+            group = ready[g:g + per_decode]
+            lattices, draft_ms = self._decode_blocks([seqs[i] for i in group], width)
+            for j, i in enumerate(group):
+                t0 = time.perf_counter()
+                tokens, cand_ids, cand_q = walk(lattices[j], self.info.top_k, temperature, self.rng)
+                stats = {"draft_ms": draft_ms, "select_ms": (time.perf_counter() - t0) * 1e3,
+                         "n_blocks": len(group), "top_k": self.info.top_k, "lattice": lattices[j]}
+                out[i] = Proposal(tokens, cand_ids, cand_q, stats)
+        return out  # type: ignore[return-value]
+
+    def _decode_blocks(self, seqs: list[SeqView], width: int) -> tuple[list[np.ndarray], float]:
+        batch = self.tokens
+        batch.clear()
+        for sv in seqs:
+            for j in range(width):
+                batch.add(sv.tokens[-1] if j == 0 else self.info.mask_token_id, sv.pos + j, sv.seq_id, False)
+        batch.raw.n_tokens = batch.n
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_decode(self.ctx, batch.raw)
+        if rc != 0:
+            raise DraftStepError(f"draft block decode failed with status {rc}")
+        ptr = ext.llama_get_embeddings_nextn(self.ctx)
+        ms = (time.perf_counter() - t0) * 1e3
+        if not ptr:
+            raise DraftStepError("the draft produced no lattice (is this a DFlash 2 draft?)")
+        rows = np.ctypeslib.as_array(ptr, shape=(batch.n, self.n_embd))  # [n_blocks * B, n_embd]
+        # copies: the buffer is overwritten by the next draft decode
+        return [rows[j * width:(j + 1) * width].copy() for j in range(len(seqs))], ms
+
+    def forget(self, seq_id: int) -> None:
+        """Drop every draft KV cell of the sequence (it ended or was cancelled)."""
+        self._attached()
+        llama_cpp.llama_memory_seq_rm(self.mem, self._seq(seq_id), -1, -1)
