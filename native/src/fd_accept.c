@@ -18,6 +18,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 fd_status fd_accept_greedy(const int32_t *path, int32_t T, const int32_t *target_argmax,
                            int32_t *n_accepted, int32_t *bonus) {
@@ -33,6 +34,69 @@ fd_status fd_accept_greedy(const int32_t *path, int32_t T, const int32_t *target
     return FD_OK;
 }
 
+/* First index of the maximum of row[0..n-1] (numpy.argmax), or -1 if any entry is NaN.
+ * The target's logits row is the whole vocabulary (49152 for SmolLM2) at every verify
+ * position, so this loop is hot. With GCC/Clang it runs on 4 independent SIMD chains
+ * of 4 floats (vector extensions: SSE on x86-64, NEON on ARM); each lane keeps its
+ * maximum and the index where it last rose strictly, so the first occurrence wins
+ * within a lane and the smallest index among the lanes holding the maximum wins
+ * overall. The blends keep `v > m ? v : m`, exact and fast-math free. A dependent
+ * scalar chain was 9x slower than numpy.argmax, and -O2 does not vectorise it.
+ * Other compilers get the scalar loop. */
+#if defined(__GNUC__)
+typedef float fd_f4 __attribute__((vector_size(16)));
+typedef int32_t fd_i4 __attribute__((vector_size(16)));
+
+#  define FD_ARGMAX_STEP(m, at, bad, pos, where)                       \
+    do {                                                               \
+        fd_f4 v_;                                                      \
+        memcpy(&v_, (where), sizeof v_); /* an unaligned load */       \
+        const fd_i4 gt_ = v_ > (m);                                    \
+        (m) = (fd_f4)((gt_ & (fd_i4)v_) | (~gt_ & (fd_i4)(m)));       \
+        (at) = (gt_ & (pos)) | (~gt_ & (at));                          \
+        (bad) |= v_ != v_;                                             \
+    } while (0)
+#endif
+
+static int32_t row_argmax(const float *row, int32_t n) {
+    float best = row[0];
+    int32_t arg = 0, nan = row[0] != row[0];
+    int32_t j = 1;
+#if defined(__GNUC__)
+    if (n >= 16) {
+        fd_f4 m0 = {best, best, best, best}, m1 = m0, m2 = m0, m3 = m0;
+        fd_i4 a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0, bad = a0;
+        fd_i4 pos = {0, 1, 2, 3};
+        const fd_i4 four = {4, 4, 4, 4}, sixteen = {16, 16, 16, 16};
+        for (j = 0; j + 16 <= n; j += 16, pos += sixteen) {
+            FD_ARGMAX_STEP(m0, a0, bad, pos, row + j);
+            FD_ARGMAX_STEP(m1, a1, bad, pos + four, row + j + 4);
+            FD_ARGMAX_STEP(m2, a2, bad, pos + 2 * four, row + j + 8);
+            FD_ARGMAX_STEP(m3, a3, bad, pos + 3 * four, row + j + 12);
+        }
+        for (int l = 0; l < 4; l++) {
+            const float lane_max[4] = {m0[l], m1[l], m2[l], m3[l]};
+            const int32_t lane_arg[4] = {a0[l], a1[l], a2[l], a3[l]};
+            for (int k = 0; k < 4; k++) {
+                if (lane_max[k] > best || (lane_max[k] == best && lane_arg[k] < arg)) {
+                    best = lane_max[k];
+                    arg = lane_arg[k];
+                }
+            }
+            nan |= bad[l] != 0;
+        }
+    }
+#endif
+    for (; j < n; j++) { /* the tail (all of a short or non-GNU row): index order */
+        if (row[j] > best) {
+            best = row[j];
+            arg = j;
+        }
+        nan |= row[j] != row[j];
+    }
+    return nan ? -1 : arg;
+}
+
 fd_status fd_argmax_rows(const float *logits, int32_t n_rows, int32_t n_vocab, int64_t row_stride,
                          int32_t *out) {
     if (n_rows < 0 || n_vocab < 1 || row_stride < n_vocab) {
@@ -43,23 +107,10 @@ fd_status fd_argmax_rows(const float *logits, int32_t n_rows, int32_t n_vocab, i
     }
     for (int32_t r = 0; r < n_rows; r++) {
         const float *row = logits + (int64_t)r * row_stride;
-        float best = row[0];
-        int32_t arg = 0;
-        if (best != best) {
+        out[r] = row_argmax(row, n_vocab);
+        if (out[r] < 0) {
             return FD_ERR_VALUE;
         }
-        for (int32_t j = 1; j < n_vocab; j++) {
-            /* One compare per element on the common path: !(v <= best) is v > best or v NaN. */
-            const float v = row[j];
-            if (!(v <= best)) {
-                if (v != v) {
-                    return FD_ERR_VALUE;
-                }
-                best = v;
-                arg = j;
-            }
-        }
-        out[r] = arg;
     }
     return FD_OK;
 }
