@@ -103,7 +103,7 @@ def inspect_draft(path: str, target: Model) -> DraftInfo:
         return v if isinstance(v, int) and not isinstance(v, bool) else default
 
     n_embd, n_layer, k = num("embedding_length"), num("block_count"), num("selector_top_k")
-    block, rank = num("block_size", 16), num("selector_rank")
+    block, rank = num("block_size"), num("selector_rank")
     kernel, group = num("conv_kernel_size"), num("conv_group_size")
     problems = []
     if n_embd != target.info.n_embd:
@@ -219,6 +219,8 @@ class DFlashDrafter:
         p.ctx_other = target_ctx.ptr  # the draft borrows the target's token embedding and output head
         ctx = llama_cpp.llama_init_from_model(self.model.ptr, p)
         if not ctx:
+            for lid in self.info.target_layers:  # leave the target as it was
+                ext.llama_set_embeddings_layer_inp(target_ctx.ptr, lid, False)
             raise ModelLoadError("llama.cpp could not create the DFlash draft context. HINT: lower --ctx or --parallel.")
         self.ctx, self.tctx = ctx, target_ctx
         ext.llama_set_embeddings_nextn(ctx, True, False)  # unmasked: one lattice row per block slot
@@ -259,7 +261,10 @@ class DFlashDrafter:
     # -- Drafter ------------------------------------------------------------------------
 
     def observe(self, committed: list[tuple[int, int, int]]) -> None:
-        """Inject the target features of committed rows (seq_id, pos, batch_row) into the draft KV."""
+        """Inject the target features of committed rows (seq_id, pos, batch_row) into the draft KV.
+
+        The rows must belong to the target's last decode: llama.cpp keeps only that batch's
+        features, and a row of an older batch would read another token's features."""
         tctx = self._attached()
         if not committed:
             return
@@ -324,8 +329,11 @@ class DFlashDrafter:
         for i, sv in enumerate(seqs):
             seq_id = self._seq(sv.seq_id)
             anchor = sv.tokens[-1] if sv.tokens else -1
-            if not 0 <= anchor < self.target.n_vocab or sv.pos < 0 or sv.pos + width > self.n_ctx_seq:
-                raise DraftStepError(f"propose(): sequence {seq_id} has no valid anchor or no room for a block")
+            if not 0 <= anchor < self.target.n_vocab or sv.pos < 0:
+                raise DraftStepError(f"propose(): sequence {seq_id} has no valid anchor or position")
+            if sv.pos + width > self.n_ctx_seq:
+                out[i] = Proposal([], stats={"skipped": "no room for a block before the end of the context"})
+                continue
             llama_cpp.llama_memory_seq_rm(self.mem, seq_id, sv.pos, -1)  # a stale block from a previous call
             if llama_cpp.llama_memory_seq_pos_max(self.mem, seq_id) != sv.pos - 1:
                 out[i] = Proposal([], stats={"skipped": "draft KV does not reach the anchor (rows not observed)"})
@@ -339,6 +347,7 @@ class DFlashDrafter:
             for j, i in enumerate(group):
                 t0 = time.perf_counter()
                 tokens, cand_ids, cand_q = walk(lattices[j], self.info.top_k, temperature, self.rng)
+                # draft_ms: the one decode this sequence shared with n_blocks - 1 others
                 stats = {"draft_ms": draft_ms, "select_ms": (time.perf_counter() - t0) * 1e3,
                          "n_blocks": len(group), "top_k": self.info.top_k, "lattice": lattices[j]}
                 out[i] = Proposal(tokens, cand_ids, cand_q, stats)

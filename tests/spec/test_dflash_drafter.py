@@ -205,6 +205,8 @@ def test_misuse_is_refused_before_llama_cpp(target, draft_path):
             drafter.propose([view(0, toks, anchor=49152)], 4, 0.0)
         with pytest.raises(DraftStepError):
             drafter.forget(5)
+        late_block = drafter.propose([SeqView(0, toks + [42], drafter.n_ctx_seq - 2)], 4, 0.0)[0]
+        assert late_block.tokens == [] and "no room" in late_block.stats["skipped"]
         assert len(drafter.propose([view(0, toks)], 4, 0.0)[0].tokens) == 4  # still healthy
     finally:
         drafter.close()
