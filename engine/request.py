@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 
 from .errors import EngineError
 from .sampling import SamplingParams
+from .spec.params import SpecParams
 
 _ids = itertools.count(1)
 
@@ -26,6 +27,7 @@ class Usage:
     completion_tokens: int = 0
     prefill_ms: float = 0.0  # submit -> first token (queueing + prompt processing)
     decode_ms: float = 0.0  # first token -> last token
+    speculation: dict | None = None  # SpecStats.as_dict() when the request speculated
 
     @property
     def total_tokens(self) -> int:
@@ -58,6 +60,7 @@ class GenerationRequest:
     max_tokens: int | None = None  # None = until the context is full
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: list[str] = field(default_factory=list)
+    speculative: SpecParams = field(default_factory=SpecParams)
     sink: Callable[[StreamEvent], None] | None = None
     id: int = field(default_factory=lambda: next(_ids))
     cancelled: threading.Event = field(default_factory=threading.Event)

@@ -11,6 +11,7 @@ import time
 from .model import Model
 from .request import GenerationRequest, StreamEvent, Usage
 from .sampling import Sampler
+from .spec.state import SpecState
 from .text import TextStream
 
 
@@ -18,9 +19,11 @@ class Slot:
     def __init__(self, seq_id: int):
         self.seq_id = seq_id
         self.req: GenerationRequest | None = None
+        self.spec: SpecState | None = None
 
-    def start(self, req: GenerationRequest, model: Model, max_new: int) -> None:
+    def start(self, req: GenerationRequest, model: Model, max_new: int, spec: SpecState | None = None) -> None:
         self.req = req
+        self.spec = spec  # None: this request decodes plainly
         self.sampler = Sampler(req.sampling, model.n_vocab, window=max_new)
         self.text = TextStream(model.piece, req.stop)
         self.pending = list(req.prompt_tokens)  # prompt tokens not yet decoded
@@ -28,7 +31,6 @@ class Slot:
         self.output: list[int] = []
         self.last: int = -1  # last sampled token, decoded next step
         self.max_new = max_new
-        self.row: int | None = None  # batch row whose logits this slot samples from
         self.t_first: float | None = None
 
     @property
@@ -39,6 +41,10 @@ class Slot:
     def prefilling(self) -> bool:
         return bool(self.pending)
 
+    def history(self) -> list[int]:
+        """Every committed token: prompt + output (the anchor is the last)."""
+        return self.req.prompt_tokens + self.output
+
     def usage(self) -> Usage:
         now = time.perf_counter()
         first = self.t_first or now
@@ -47,6 +53,7 @@ class Slot:
             completion_tokens=len(self.output),
             prefill_ms=(first - self.req.submitted_at) * 1000.0,
             decode_ms=(now - first) * 1000.0,
+            speculation=self.spec.stats.as_dict() if self.spec is not None else None,
         )
 
     def emit(self, event: StreamEvent) -> bool:
@@ -59,4 +66,7 @@ class Slot:
 
     def release(self) -> None:
         self.sampler.free()
+        if self.spec is not None:
+            self.spec.drafter.forget(self.seq_id)
+            self.spec = None
         self.req = None

@@ -22,10 +22,16 @@ from dataclasses import dataclass
 from .chat import ChatTemplate
 from .context import Context, ContextConfig
 from .errors import ContextLengthExceeded, EngineStopped, GenerationFailed, InvalidRequest
-from .model import Model, ModelInfo
+from .model import Model, ModelInfo, batch_invariant_build
 from .request import Completion, GenerationRequest, RequestHandle, StreamEvent
 from .sampling import SamplingParams
 from .slot import Slot
+from .spec.chooser import CostCurve
+from .spec.drafter import Drafter
+from .spec.lookup import PromptLookupDrafter
+from .spec.loop import Stepper
+from .spec.params import SpecParams
+from .spec.state import SpecState
 
 log = logging.getLogger("flashdesk.engine")
 
@@ -38,6 +44,9 @@ class EngineConfig:
     n_threads: int = max(1, min(os.cpu_count() or 1, 8))
     n_gpu_layers: int = -1
     verbose: bool = False
+    spec_mode: str = "auto"  # default for requests that do not say (SpecParams.mode)
+    spec_block: int = 8  # the largest B the chooser may pick (or B itself for a fixed block)
+    cost_cache: str | None = None  # JSON file for this machine's measured verify-cost curve
 
 
 class Engine:
@@ -48,6 +57,16 @@ class Engine:
         self.n_ctx = self.ctx.n_ctx_seq
         self.chat_template = ChatTemplate(model) if model.info.has_chat_template else None
         self._slots = [Slot(i) for i in range(self.ctx.n_seq)]
+        self.drafters: dict[str, Drafter] = {"lookup": PromptLookupDrafter()}
+        for d in self.drafters.values():
+            d.attach(self.ctx)
+        self._stepper = Stepper(self.ctx)
+        self._curve: CostCurve | None = None
+        # Speculation is only lossless when verify rows compute exactly like single tokens.
+        self.spec_exact = batch_invariant_build()
+        if not self.spec_exact:
+            log.warning("this llama.cpp build uses llamafile sgemm, so speculative decoding would not be "
+                        "lossless; it is off. HINT: reinstall with scripts/setup.sh.")
         self._queue: queue.Queue[GenerationRequest | None] = queue.Queue()
         self._waiting: list[GenerationRequest] = []  # taken off the queue, no free slot yet
         self._stopping = threading.Event()
@@ -69,6 +88,11 @@ class Engine:
 
     # -- caller side -----------------------------------------------------------------
 
+    def add_drafter(self, drafter: Drafter) -> None:
+        """Make `drafter` available as speculative mode `drafter.name` (before the first request)."""
+        drafter.attach(self.ctx)
+        self.drafters[drafter.name] = drafter
+
     def render_chat(self, messages: list[dict]) -> str:
         if self.chat_template is None:
             raise InvalidRequest("this model has no chat template; use a raw prompt instead")
@@ -89,6 +113,10 @@ class Engine:
         if self._stopping.is_set():
             raise EngineStopped("the engine is shutting down")
         req.sampling.validate()
+        req.speculative.validate()
+        if req.speculative.mode not in ("auto", "off") and req.speculative.mode not in self.drafters:
+            raise InvalidRequest(f"speculative mode {req.speculative.mode!r} is not available here; this engine "
+                                 f"has: auto, off, {', '.join(self.drafters)}", param="speculative.mode")
         if req.max_tokens is not None and req.max_tokens < 1:
             raise InvalidRequest("max_tokens must be at least 1", param="max_tokens")
         req.prompt_tokens = self.tokenize_prompt(req.prompt)
@@ -109,8 +137,9 @@ class Engine:
         return req
 
     def generate(self, prompt: str | list[int], *, max_tokens: int | None = None,
-                 sampling: SamplingParams = SamplingParams(), stop: list[str] | None = None) -> RequestHandle:
-        handle = RequestHandle(GenerationRequest(prompt, max_tokens, sampling, list(stop or [])))
+                 sampling: SamplingParams = SamplingParams(), stop: list[str] | None = None,
+                 speculative: SpecParams = SpecParams()) -> RequestHandle:
+        handle = RequestHandle(GenerationRequest(prompt, max_tokens, sampling, list(stop or []), speculative))
         self.submit(handle.request)
         return handle
 
@@ -194,55 +223,59 @@ class Engine:
                 req.sink(StreamEvent(finish_reason="cancelled"))
                 continue
             max_new = req.max_tokens or (self.n_ctx - len(req.prompt_tokens))
-            slot.start(req, self.model, max_new)
+            slot.start(req, self.model, max_new, self._spec_for(req, slot))
 
     def _step(self) -> None:
-        batch = self.ctx.batch
-        batch.clear()
         active = [s for s in self._slots if s.busy]
-        prefill_room = batch.capacity - sum(not s.prefilling for s in active)
-        for slot in active:  # in sequence id order, which keeps llama.cpp's ubatches whole
-            slot.row = None
-            if slot.prefilling:
-                n = min(len(slot.pending), prefill_room)
-                if n == 0:
-                    continue
-                prefill_room -= n
-                chunk, slot.pending = slot.pending[:n], slot.pending[n:]
-                for j, tok in enumerate(chunk):
-                    last = not slot.pending and j == n - 1
-                    row = batch.add(tok, slot.n_past + j, slot.seq_id, logits=last)
-                    if last:
-                        slot.row = row
-                slot.n_past += n
-            else:
-                slot.row = batch.add(slot.last, slot.n_past, slot.seq_id, logits=True)
-                slot.n_past += 1
         try:
-            self.ctx.decode(batch)
-        except GenerationFailed as e:
+            committed = self._stepper.step(active)
+        except GenerationFailed as e:  # llama.cpp refused the batch: it left no trace in the cache
             for slot in active:
-                if slot.row is not None or slot.prefilling:
-                    self._finish(slot, StreamEvent(error=e))
+                self._finish(slot, StreamEvent(error=e))
             return
         for slot in active:
-            if slot.row is not None:
-                self._commit(slot, slot.sampler.sample(self.ctx.ptr, slot.row))
+            if slot.seq_id in committed:
+                self._commit(slot, committed[slot.seq_id])
 
-    def _commit(self, slot: Slot, token: int) -> None:
+    def _spec_for(self, req: GenerationRequest, slot: Slot) -> SpecState | None:
+        """How this request speculates, or None for plain decoding."""
+        p = req.speculative
+        mode = self.config.spec_mode if p.mode == "auto" else p.mode
+        if mode == "auto":  # the best drafter this engine has
+            mode = "dflash" if "dflash" in self.drafters else "lookup"
+        s = req.sampling
+        if mode == "off" or mode not in self.drafters or not self.spec_exact:
+            return None
+        if not s.greedy or s.presence_penalty or s.frequency_penalty:
+            return None  # only greedy acceptance is wired so far: sampled requests decode plainly
+        # A fixed block drafts B-1 every step; otherwise the chooser picks T (or plain) per step.
+        curve = None if p.block else self._cost_curve(slot.seq_id)
+        return SpecState(p, self.drafters[mode], p.block or self.config.spec_block, self.n_ctx, curve,
+                         p.selector)
+
+    def _cost_curve(self, free_seq: int) -> CostCurve:
+        if self._curve is None:  # measured once, on a sequence that is free right now
+            self._curve = CostCurve.cached(self.ctx, self.config.n_threads, self.config.cost_cache, free_seq)
+        return self._curve
+
+    def _commit(self, slot: Slot, tokens: list[int]) -> None:
+        """Append this step's tokens in order; the first end condition discards the rest."""
         if slot.t_first is None:
             slot.t_first = time.perf_counter()
-        slot.output.append(token)
-        slot.last = token
-        if self.model.is_eog(token):
-            self._finish(slot, StreamEvent(text=slot.text.flush(), tokens=[token], finish_reason="stop"))
-            return
-        text = slot.text.push(token)
-        if slot.text.stopped_by is not None:
-            self._finish(slot, StreamEvent(text=text, tokens=[token], finish_reason="stop"))
-        elif len(slot.output) >= slot.max_new or slot.n_past + 1 >= self.n_ctx:
-            self._finish(slot, StreamEvent(text=text + slot.text.flush(), tokens=[token], finish_reason="length"))
-        elif not slot.emit(StreamEvent(text=text, tokens=[token])):
+        text = ""
+        for i, token in enumerate(tokens):
+            done = tokens[: i + 1]
+            slot.output.append(token)
+            slot.last = token
+            if self.model.is_eog(token):
+                return self._finish(slot, StreamEvent(text + slot.text.flush(), done, "stop"))
+            text += slot.text.push(token)
+            if slot.text.stopped_by is not None:
+                return self._finish(slot, StreamEvent(text, done, "stop"))
+            # the next decode would put the anchor at position prompt + output - 1
+            if len(slot.output) >= slot.max_new or len(slot.req.prompt_tokens) + len(slot.output) >= self.n_ctx:
+                return self._finish(slot, StreamEvent(text + slot.text.flush(), done, "length"))
+        if not slot.emit(StreamEvent(text, list(tokens))):
             self._finish(slot, StreamEvent(finish_reason="cancelled"))
 
     def _finish(self, slot: Slot, event: StreamEvent) -> None:

@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
-# Run the whole test suite (sets up .venv with the test extras first if needed).
+# Run the whole test suite (sets up .venv with the test extras first).
 # Extra arguments go to pytest (e.g. -k stream, -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install --disable-pip-version-check -q -e '.[test]'
+bash scripts/setup.sh test
 exec .venv/bin/python -m pytest "$@"

@@ -23,7 +23,7 @@ def finish(reason: str | None) -> str | None:
 def usage(u: Usage | None) -> dict | None:
     if u is None:
         return None
-    return {
+    out = {
         "prompt_tokens": u.prompt_tokens,
         "completion_tokens": u.completion_tokens,
         "total_tokens": u.total_tokens,
@@ -31,6 +31,9 @@ def usage(u: Usage | None) -> dict | None:
         "timings": {"prefill_ms": round(u.prefill_ms, 2), "decode_ms": round(u.decode_ms, 2),
                     "decode_tokens_per_s": round(u.decode_tok_per_s, 2)},
     }
+    if u.speculation is not None:  # flashdesk extension: tau, acceptance by position, time shares
+        out["speculation"] = u.speculation
+    return out
 
 
 def chat_completion(cid: str, model: str, text: str, reason: str, u: Usage) -> dict:

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine import GenerationRequest, SamplingParams
+from engine.spec.params import MAX_BLOCK, SpecParams
 
 MAX_STOP = 16
 
@@ -43,6 +44,17 @@ class StreamOptions(_Strict):
     include_usage: bool = False
 
 
+class Speculative(_Strict):
+    """flashdesk extension: how to speculate (the output is the same either way)."""
+
+    mode: Literal["auto", "off", "dflash", "lookup"] = "auto"
+    selector: Literal["walk", "viterbi", "dp", "top1"] | None = None
+    block: int | None = Field(None, ge=2, le=MAX_BLOCK)
+
+    def params(self) -> SpecParams:
+        return SpecParams(self.mode, self.selector, self.block)
+
+
 class _Sampling(_Strict):
     model: str
     stream: bool = False
@@ -58,6 +70,7 @@ class _Sampling(_Strict):
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     n: Literal[1] = 1
     user: str | None = None
+    speculative: Speculative | None = None
 
     @field_validator("stop")
     @classmethod
@@ -81,6 +94,9 @@ class _Sampling(_Strict):
     def limit(self) -> int | None:
         return self.max_tokens
 
+    def spec(self) -> SpecParams:
+        return self.speculative.params() if self.speculative else SpecParams()
+
 
 class ChatCompletionRequest(_Sampling):
     messages: list[Message] = Field(min_length=1)
@@ -94,7 +110,7 @@ class ChatCompletionRequest(_Sampling):
                 for m in self.messages]
 
     def to_engine(self, prompt: str) -> GenerationRequest:
-        return GenerationRequest(prompt, self.limit(), self.sampling(), self.stop)
+        return GenerationRequest(prompt, self.limit(), self.sampling(), self.stop, self.spec())
 
 
 class CompletionRequest(_Sampling):
@@ -103,4 +119,4 @@ class CompletionRequest(_Sampling):
     echo: Literal[False] = False
 
     def to_engine(self) -> GenerationRequest:
-        return GenerationRequest(self.prompt, self.limit(), self.sampling(), self.stop)
+        return GenerationRequest(self.prompt, self.limit(), self.sampling(), self.stop, self.spec())

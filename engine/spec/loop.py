@@ -1,0 +1,111 @@
+"""The decode step: one target forward for every active sequence, speculative or not.
+
+Each step drafts a path for every speculating sequence (one draft pass per drafter and
+path length), puts prompt chunks, single tokens of plain sequences and `[anchor] + path`
+of speculating ones into one target batch, decodes it once, then samples the plain rows
+and accepts the longest agreeing prefix of each path plus the target's bonus token.
+Whatever the target did not commit is rolled back from its KV cache in `finally`, so an
+error anywhere leaves every sequence exactly at its committed frontier. Drafters see
+each committed row right after the decode (DFlash injects its features).
+
+Not the worker: admission, cancellation, text and finishing stay in worker.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+from ..context import Context
+from . import accept
+from .drafter import Drafter, Proposal, SeqView
+from .verify import add_verify_rows, target_argmax
+
+
+class Stepper:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+
+    def step(self, slots: list) -> dict[int, list[int]]:
+        """Decode once for all `slots`; returns seq_id -> tokens committed this step."""
+        plan = {s.seq_id: s.spec.path_len(s) for s in slots if s.spec is not None and not s.prefilling}
+        paths = self._draft([s for s in slots if plan.get(s.seq_id, 0) > 0], plan)
+        batch = self.ctx.batch
+        batch.clear()
+        rows: dict[int, list[int]] = {}
+        room = batch.capacity - sum(1 + len(paths[s.seq_id].tokens) if s.seq_id in paths else 1
+                                    for s in slots if not s.prefilling)
+        for slot in slots:  # in sequence id order, which keeps llama.cpp's ubatches whole
+            if slot.prefilling:
+                rows[slot.seq_id] = self._prompt_chunk(slot, room)
+                room -= len(rows[slot.seq_id])
+            elif slot.seq_id in paths:
+                rows[slot.seq_id] = add_verify_rows(batch, slot.seq_id, slot.n_past, slot.last,
+                                                    paths[slot.seq_id].tokens)
+            else:
+                rows[slot.seq_id] = [batch.add(slot.last, slot.n_past, slot.seq_id, logits=True)]
+                slot.n_past += 1
+        committed: dict[int, list[int]] = {}
+        try:
+            t0 = time.perf_counter()
+            self.ctx.decode(batch)
+            verify_ms = (time.perf_counter() - t0) * 1000.0
+            for slot in slots:
+                r = rows[slot.seq_id]
+                if slot.seq_id in paths:
+                    committed[slot.seq_id] = self._accept(slot, paths[slot.seq_id], r, verify_ms)
+                elif not slot.prefilling and r:
+                    committed[slot.seq_id] = [slot.sampler.sample(self.ctx.ptr, r[-1])]
+                    if slot.spec is not None:
+                        slot.spec.stats.plain_steps += 1
+                kept = len(committed[slot.seq_id]) if slot.seq_id in paths else len(r)  # anchor + accepted
+                self._observe(slot, r[:kept])
+        finally:
+            for slot in slots:
+                if slot.seq_id in paths:  # rejected path rows (all of them if anything failed)
+                    self.ctx.forget(slot.seq_id, slot.n_past)
+        return committed
+
+    def _draft(self, slots: list, plan: dict[int, int]) -> dict[int, Proposal]:
+        """One propose() per (drafter, path length): equal block lengths in each draft call."""
+        groups: dict[tuple[int, int], list] = defaultdict(list)
+        for slot in slots:
+            groups[(id(slot.spec.drafter), plan[slot.seq_id])].append(slot)
+        out: dict[int, Proposal] = {}
+        for (_, n_draft), group in groups.items():
+            drafter: Drafter = group[0].spec.drafter
+            t0 = time.perf_counter()
+            views = [SeqView(s.seq_id, s.history(), s.n_past) for s in group]
+            proposals = drafter.propose(views, n_draft, 0.0)
+            share = (time.perf_counter() - t0) * 1000.0 / len(group)
+            for slot, prop in zip(group, proposals):
+                slot.spec.stats.draft_ms += share
+                slot.spec.observe_draft_cost(share)
+                if prop.tokens:  # an empty path: this sequence decodes plainly this step
+                    out[slot.seq_id] = Proposal(prop.tokens[:n_draft], prop.cand_ids, prop.cand_q, prop.stats)
+        return out
+
+    def _prompt_chunk(self, slot, room: int) -> list[int]:
+        n = max(0, min(len(slot.pending), room))
+        chunk, slot.pending = slot.pending[:n], slot.pending[n:]
+        rows = [self.ctx.batch.add(tok, slot.n_past + j, slot.seq_id, logits=not slot.pending and j == n - 1)
+                for j, tok in enumerate(chunk)]
+        slot.n_past += n
+        return rows
+
+    def _accept(self, slot, prop: Proposal, rows: list[int], verify_ms: float) -> list[int]:
+        target = target_argmax(self.ctx, rows)  # [T+1]
+        n, bonus = accept.accept_greedy(prop.tokens, target)
+        slot.spec.stats.record(len(prop.tokens), n)
+        slot.spec.stats.verify_ms += verify_ms
+        slot.spec.observe_acceptance(len(prop.tokens), n)
+        slot.n_past += n + 1  # the anchor and the accepted path tokens are now committed
+        return list(prop.tokens[:n]) + [int(bonus)]
+
+    def _observe(self, slot, rows: list[int]) -> None:
+        """Tell the slot's drafter which of its rows the target committed in this decode
+        (they end at the slot's committed frontier n_past)."""
+        if slot.spec is None or not rows:
+            return
+        first = slot.n_past - len(rows)
+        slot.spec.drafter.observe([(slot.seq_id, first + j, row) for j, row in enumerate(rows)])

@@ -1,0 +1,70 @@
+"""Per-request speculation settings (`SpecParams`) and what a request reports back
+(`SpecStats`: tau, accepted per position, where the time went)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import InvalidRequest
+
+MODES = ("auto", "off", "dflash", "lookup")
+SELECTORS = ("walk", "viterbi", "dp", "top1")
+MAX_BLOCK = 16
+
+
+@dataclass(frozen=True)
+class SpecParams:
+    mode: str = "auto"  # auto: the best available drafter, or plain when that is faster
+    selector: str | None = None  # DFlash 2 path selector; None = the engine's default
+    block: int | None = None  # B = anchor + (B-1) drafted slots; None = chosen per step
+
+    def validate(self) -> None:
+        """Ranges only; whether a drafter of that mode exists is the engine's question."""
+        if self.selector is not None and self.selector not in SELECTORS:
+            raise InvalidRequest(f"selector must be one of {', '.join(SELECTORS)} (got {self.selector!r})",
+                                 param="speculative.selector")
+        if self.block is not None and not 2 <= self.block <= MAX_BLOCK:
+            raise InvalidRequest(f"block must be between 2 and {MAX_BLOCK} (got {self.block})",
+                                 param="speculative.block")
+
+
+@dataclass
+class SpecStats:
+    mode: str = "off"  # what actually ran: off | lookup | dflash
+    selector: str | None = None
+    verifies: int = 0
+    drafted: int = 0  # path tokens sent to verification
+    accepted: int = 0  # path tokens the target agreed with
+    committed: int = 0  # accepted + bonus tokens, over all verifies
+    accepted_at: list[int] = field(default_factory=list)  # [B-1] verifies whose position i was accepted
+    drafted_at: list[int] = field(default_factory=list)  # [B-1] verifies that drafted position i
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0  # this request's share of target batches that carried its verify rows
+    plain_steps: int = 0  # steps decoded without speculation
+
+    @property
+    def tau(self) -> float:
+        return self.committed / self.verifies if self.verifies else 0.0
+
+    def record(self, n_drafted: int, n_accepted: int) -> None:
+        self.verifies += 1
+        self.drafted += n_drafted
+        self.accepted += n_accepted
+        self.committed += n_accepted + 1
+        grow = n_drafted - len(self.drafted_at)
+        if grow > 0:
+            self.drafted_at.extend([0] * grow)
+            self.accepted_at.extend([0] * grow)
+        for i in range(n_drafted):
+            self.drafted_at[i] += 1
+            if i < n_accepted:
+                self.accepted_at[i] += 1
+
+    def as_dict(self) -> dict:
+        return {
+            "mode": self.mode, "selector": self.selector, "verifies": self.verifies, "drafted": self.drafted,
+            "accepted": self.accepted, "tau": round(self.tau, 3), "plain_steps": self.plain_steps,
+            "acceptance_by_position": [round(a / d, 3) if d else 0.0
+                                       for a, d in zip(self.accepted_at, self.drafted_at)],
+            "draft_ms": round(self.draft_ms, 2), "verify_ms": round(self.verify_ms, 2),
+        }

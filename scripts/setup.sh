@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Create .venv and install flashdesk into it, with optional extras: setup.sh [test,...]
+#
+# llama-cpp-python is built once per set of CMake flags into a wheelhouse
+# (~/.cache/flashdesk-wheels, or FLASHDESK_WHEELHOUSE) and installed from there.
+# flashdesk needs llamafile's sgemm OFF: with it, a batch of k >= 2 rows goes through
+# other matmul kernels than a single token, and the target's logits in a speculative
+# verify differ from plain decoding (measured: up to 0.7 on SmolLM2), which breaks
+# the lossless guarantee at near-ties. Add GPU flags through CMAKE_ARGS as usual,
+# e.g. CMAKE_ARGS="-DGGML_CUDA=on" bash scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+LLAMA_VERSION=0.3.36
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+  || { echo "flashdesk needs Python 3.10 or newer (found: $("$PYTHON" --version))" >&2; exit 1; }
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
+
+flags="-DGGML_LLAMAFILE=OFF${CMAKE_ARGS:+ $CMAKE_ARGS}"
+house="${FLASHDESK_WHEELHOUSE:-$HOME/.cache/flashdesk-wheels}/$(printf '%s' "$flags" | sha256sum | cut -c1-12)"
+if ! compgen -G "$house/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
+  echo "Building llama.cpp (llama-cpp-python $LLAMA_VERSION, $flags): about 5 minutes on 2 cores ..."
+  CMAKE_ARGS="$flags" "${PIP[@]}" wheel --no-cache-dir --no-deps "llama-cpp-python==$LLAMA_VERSION" -w "$house"
+fi
+"${PIP[@]}" install --find-links "$house" "llama-cpp-python==$LLAMA_VERSION"
+"${PIP[@]}" install -e ".${1:+[$1]}"

@@ -1,0 +1,121 @@
+"""Greedy invariance: speculative output == plain output, token for token.
+
+The first test of any speculative change. Drafters: prompt lookup, and a test-only
+oracle that knows the plain answer and plants one wrong token at a chosen position of
+every path, so acceptance stops (and rollback happens) at every possible position.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import dev_prompts
+from engine import Completion, SamplingParams
+from engine.spec.drafter import Proposal, SeqView
+from engine.spec.params import SpecParams
+
+GREEDY = SamplingParams(temperature=0)
+
+
+class OracleDrafter:
+    """Proposes the true plain continuation with token `(step % n_draft)` of each path wrong."""
+
+    name = "oracle"
+
+    def __init__(self):
+        self.answers: dict[tuple, list[int]] = {}  # prompt tokens -> plain output tokens
+        self.steps = 0
+
+    def attach(self, ctx):
+        pass
+
+    def observe(self, committed):
+        pass
+
+    def forget(self, seq_id):
+        pass
+
+    def propose(self, seqs: list[SeqView], n_draft: int, temperature: float) -> list[Proposal]:
+        out = []
+        for s in seqs:
+            answer = next((a for p, a in self.answers.items() if list(p) == s.tokens[:len(p)]), None)
+            if answer is None:
+                out.append(Proposal([]))
+                continue
+            done = len(s.tokens) - len(next(p for p in self.answers if list(p) == s.tokens[:len(p)]))
+            path = list(answer[done:done + n_draft])
+            self.steps += 1
+            wrong = self.steps % (n_draft + 1)  # == n_draft: no error, the whole path is right
+            if wrong < len(path):
+                path[wrong] = (path[wrong] + 1) % 49152
+            out.append(Proposal(path))
+        return out
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    ps = dev_prompts()
+    return ps[::4]  # 15 of the 60 dev prompts, every category
+
+
+@pytest.fixture(scope="module")
+def plain(engine, prompts):
+    """prompt id -> (prompt tokens, plain greedy output tokens)."""
+    out = {}
+    for p in prompts:
+        ids = engine.tokenize_prompt(engine.render_chat(p["messages"]))
+        out[p["id"]] = (ids, engine.complete(ids, sampling=GREEDY, max_tokens=p["max_tokens"]).tokens)
+    return out
+
+
+def run_all(engine, prompts, spec: SpecParams, concurrent: bool) -> dict[str, Completion]:
+    results = {}
+    if concurrent:  # submitted together: the engine speculates for all of them in each step
+        handles = {p["id"]: engine.generate(engine.render_chat(p["messages"]), sampling=GREEDY,
+                                            max_tokens=p["max_tokens"], speculative=spec) for p in prompts}
+        return {k: Completion.collect(iter(h)) for k, h in handles.items()}
+    for p in prompts:
+        results[p["id"]] = engine.complete(engine.render_chat(p["messages"]), sampling=GREEDY,
+                                           max_tokens=p["max_tokens"], speculative=spec)
+    return results
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    if a == b:
+        return None
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def assert_invariant(plain, results):
+    bad = {k: first_difference(plain[k][1], r.tokens) for k, r in results.items()}
+    bad = {k: v for k, v in bad.items() if v is not None}
+    assert not bad, f"prompt -> first differing token position: {bad}"
+
+
+@pytest.mark.parametrize("block", [2, 4, 8])
+@pytest.mark.parametrize("concurrent", [False, True], ids=["1seq", "4seq"])
+def test_lookup_is_lossless(engine, prompts, plain, block, concurrent):
+    results = run_all(engine, prompts, SpecParams(mode="lookup", block=block), concurrent)
+    assert_invariant(plain, results)
+    assert sum(r.usage.speculation["verifies"] for r in results.values()) > 0  # it did speculate
+
+
+@pytest.mark.parametrize("block", [2, 4, 8, 16])
+@pytest.mark.parametrize("concurrent", [False, True], ids=["1seq", "4seq"])
+def test_partial_acceptance_and_rollback_at_every_position(engine, prompts, plain, block, concurrent):
+    oracle = OracleDrafter()
+    oracle.answers = {tuple(ids): out for ids, out in plain.values()}
+    engine.add_drafter(oracle)
+    results = run_all(engine, prompts, SpecParams(mode="oracle", block=block), concurrent)
+    assert_invariant(plain, results)
+    stats = [r.usage.speculation for r in results.values()]
+    accepted_at = [s["acceptance_by_position"] for s in stats if s["verifies"]]
+    assert max(len(a) for a in accepted_at) == block - 1  # full-length paths were verified
+    assert any(0 < x < 1 for a in accepted_at for x in a)  # acceptance stopped at inner positions
+    tau = sum(s["tau"] * s["verifies"] for s in stats) / sum(s["verifies"] for s in stats)
+    assert tau > 1.0
+
+
+def test_llama_build_is_batch_invariant(engine):
+    """llamafile's sgemm changes the numerics of k >= 2 rows; scripts/setup.sh builds without it."""
+    assert engine.spec_exact, "llama-cpp-python was built with GGML_LLAMAFILE on: run scripts/setup.sh"
