@@ -141,9 +141,13 @@ def test_lattice_matches_numpy_reference(model_path, tmp_path):
     for slot in range(1, WIDTH):
         ids_got, ids_ref = got[slot, :K].astype(np.int64), ref[slot, :K].astype(np.int64)
         assert set(ids_got) == set(ids_ref), f"slot {slot}: candidate sets differ"
-        order_got, order_ref = np.argsort(ids_got), np.argsort(ids_ref)  # align both by token id
-        s_got = got[slot, K:K + K * K].reshape(K, K)[np.ix_(order_got, order_got)]  # [pred, cand]
-        s_ref = ref[slot, K:K + K * K].reshape(K, K)[np.ix_(order_ref, order_ref)]
+        # align both lattices by token id: candidates by this slot's ids, predecessors by the
+        # previous slot's (top-K returns its ids in no particular order)
+        prev = max(slot - 1, 1)
+        pred_got, pred_ref = np.argsort(got[prev, :K]), np.argsort(ref[prev, :K])
+        cand_got, cand_ref = np.argsort(ids_got), np.argsort(ids_ref)
+        s_got = got[slot, K:K + K * K].reshape(K, K)[np.ix_(pred_got, cand_got)]  # [pred, cand]
+        s_ref = ref[slot, K:K + K * K].reshape(K, K)[np.ix_(pred_ref, cand_ref)]
         # The transition part alone (the unary logit of each candidate cancels when rows are
         # centred over predecessors): measured ~1e-4 of its own scale. A transposed or
         # mis-indexed lattice is off by the whole scale.
