@@ -34,9 +34,11 @@ def draft_path(tmp_path_factory, model_path):
     return str(path)
 
 
+# One thread: under CPU contention (parallel test runs) ggml's 2-thread barrier spins and a decode
+# gets ~10x slower; with one thread the file stays a few seconds either way.
 @contextmanager
 def rig(target, draft_path, n_seq=2, **kw):
-    ctx = Context(target, ContextConfig(n_ctx_seq=256, n_seq=n_seq, n_batch=64, n_threads=2))
+    ctx = Context(target, ContextConfig(n_ctx_seq=256, n_seq=n_seq, n_batch=64, n_threads=1))
     drafter = DFlashDrafter(draft_path, target, **kw)
     try:
         drafter.attach(ctx)
@@ -182,7 +184,7 @@ def test_sampling_at_temperature(target, draft_path):
 
 def test_misuse_is_refused_before_llama_cpp(target, draft_path):
     toks = target.tokenize(PROMPTS[0])
-    ctx = Context(target, ContextConfig(n_ctx_seq=256, n_seq=2, n_batch=64, n_threads=2))
+    ctx = Context(target, ContextConfig(n_ctx_seq=256, n_seq=2, n_batch=64, n_threads=1))
     drafter = DFlashDrafter(draft_path, target)
     try:
         with pytest.raises(DraftStepError, match="not attached"):
@@ -211,7 +213,7 @@ def test_misuse_is_refused_before_llama_cpp(target, draft_path):
     finally:
         drafter.close()
         ctx.close()
-    late = Context(target, ContextConfig(n_ctx_seq=256, n_seq=1, n_batch=64, n_threads=2))
+    late = Context(target, ContextConfig(n_ctx_seq=256, n_seq=1, n_batch=64, n_threads=1))
     late.batch.clear()
     late.batch.add(toks[0], 0, 0, True)
     late.decode(late.batch)

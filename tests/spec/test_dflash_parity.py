@@ -116,7 +116,7 @@ def test_lattice_matches_numpy_reference(model_path, tmp_path):
     path = tmp_path / "parity.gguf"
     write_dflash_draft(path, cfg, tensors, model_path)
     target = Model(model_path)
-    ctx = Context(target, ContextConfig(n_ctx_seq=256, n_seq=1, n_batch=64, n_threads=2))
+    ctx = Context(target, ContextConfig(n_ctx_seq=256, n_seq=1, n_batch=64, n_threads=1))
     drafter = DFlashDrafter(str(path), target)
     try:
         drafter.attach(ctx)
