@@ -63,8 +63,17 @@ class InstalledModel:
     source: str  # "catalog:smollm2" or "import:<original path>"
     architecture: str
     added: float
+    draft: str = ""  # file name of the paired DFlash 2 draft inside the model's folder, if any
 
     path: str = ""  # filled in when read from the store; not written to the manifest
+
+    @property
+    def draft_path(self) -> str | None:
+        return str(Path(self.path).parent / self.draft) if self.draft else None
+
+    @property
+    def folder(self) -> Path | None:
+        return Path(self.path).parent if self.source.startswith(("catalog:", "import:")) else None
 
 
 class ModelStore:
@@ -165,6 +174,50 @@ class ModelStore:
     def remove(self, name: str) -> None:
         shutil.rmtree(self.models_dir / self.get(name).name)
 
+    def pair(self, name: str, draft: str | os.PathLike, *,
+             progress: ProgressFactory = tqdm_progress) -> InstalledModel:
+        """Check that `draft` is a DFlash 2 draft this model can use, then copy it beside the model."""
+        from .model import Model  # loading the target is needed to check the draft against it
+        from .spec.dflash import inspect_draft
+
+        m = self.get(name)
+        src = Path(draft).expanduser()
+        if not src.is_file():
+            raise InvalidRequest(f"no draft file at {src}", param="draft")
+        _check(src)
+        target = Model(m.path, n_gpu_layers=0)
+        try:
+            inspect_draft(str(src), target)  # raises a clear refusal for a draft that does not fit
+        finally:
+            target.close()
+        folder = self.models_dir / name
+        tmp = folder / ".draft.gguf.partial"
+        with open(src, "rb") as fi, open(tmp, "wb") as fo:
+            bar = progress(f"pair {src.name}", src.stat().st_size)
+            while chunk := fi.read(CHUNK):
+                fo.write(chunk)
+                bar.update(len(chunk))
+            bar.close()
+        os.replace(tmp, folder / "draft.gguf")
+        self._write_manifest(folder, {**self._manifest(folder), "draft": "draft.gguf"})
+        return self.get(name)
+
+    def unpair(self, name: str) -> InstalledModel:
+        folder = self.models_dir / self.get(name).name
+        (folder / "draft.gguf").unlink(missing_ok=True)
+        self._write_manifest(folder, {**self._manifest(folder), "draft": ""})
+        return self.get(name)
+
+    @staticmethod
+    def _manifest(folder: Path) -> dict:
+        return json.loads((folder / "model.json").read_text("utf-8"))
+
+    @staticmethod
+    def _write_manifest(folder: Path, data: dict) -> None:
+        tmp = folder / "model.json.partial"
+        tmp.write_text(json.dumps(data, indent=2), "utf-8")
+        os.replace(tmp, folder / "model.json")  # atomic: a crash leaves the old or the new manifest
+
     def _install(self, name: str, write: Callable[[Path], None], filename: str, source: str, *,
                  expect_sha: str | None = None, progress: ProgressFactory = tqdm_progress) -> InstalledModel:
         self.models_dir.mkdir(parents=True, exist_ok=True)
@@ -177,8 +230,7 @@ class ModelStore:
             summary = _check(staging / filename)
             m = InstalledModel(name, filename, digest, (staging / filename).stat().st_size, source,
                                summary.architecture or "unknown", time.time())
-            data = {k: v for k, v in asdict(m).items() if k != "path"}
-            (staging / "model.json").write_text(json.dumps(data, indent=2), "utf-8")
+            self._write_manifest(staging, {k: v for k, v in asdict(m).items() if k != "path"})
             final = self.models_dir / name
             if final.exists():  # a stale or corrupt copy of the same name: replace it
                 shutil.rmtree(final)

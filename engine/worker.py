@@ -21,16 +21,17 @@ from dataclasses import dataclass
 
 from .chat import ChatTemplate
 from .context import Context, ContextConfig
-from .errors import ContextLengthExceeded, EngineStopped, GenerationFailed, InvalidRequest
+from .errors import ContextLengthExceeded, EngineError, EngineStopped, GenerationFailed, InvalidRequest
 from .model import Model, ModelInfo, batch_invariant_build
 from .request import Completion, GenerationRequest, RequestHandle, StreamEvent
 from .sampling import SamplingParams
 from .slot import Slot
 from .spec.chooser import CostCurve
+from .spec.dflash import DFlashDrafter
 from .spec.drafter import Drafter
 from .spec.lookup import PromptLookupDrafter
 from .spec.loop import Stepper
-from .spec.params import SpecParams
+from .spec.params import MAX_BLOCK, SpecParams
 from .spec.state import SpecState
 
 log = logging.getLogger("flashdesk.engine")
@@ -47,6 +48,8 @@ class EngineConfig:
     spec_mode: str = "auto"  # default for requests that do not say (SpecParams.mode)
     spec_block: int = 8  # the largest B the chooser may pick (or B itself for a fixed block)
     cost_cache: str | None = None  # JSON file for this machine's measured verify-cost curve
+    draft: str | None = None  # a DFlash 2 draft GGUF for this model: enables mode "dflash"
+    selector: str = "walk"  # default DFlash 2 path selector
 
 
 class Engine:
@@ -57,9 +60,11 @@ class Engine:
         self.n_ctx = self.ctx.n_ctx_seq
         self.chat_template = ChatTemplate(model) if model.info.has_chat_template else None
         self._slots = [Slot(i) for i in range(self.ctx.n_seq)]
-        self.drafters: dict[str, Drafter] = {"lookup": PromptLookupDrafter()}
-        for d in self.drafters.values():
-            d.attach(self.ctx)
+        self.drafters: dict[str, Drafter] = {}
+        self.add_drafter(PromptLookupDrafter())
+        self.draft_error: str | None = None  # why a configured draft is not in use
+        if config.draft:
+            self._load_draft(config.draft)
         self._stepper = Stepper(self.ctx)
         self._curve: CostCurve | None = None
         # Speculation is only lossless when verify rows compute exactly like single tokens.
@@ -87,6 +92,21 @@ class Engine:
         return self.model.info
 
     # -- caller side -----------------------------------------------------------------
+
+    def _load_draft(self, path: str) -> None:
+        """Pair a DFlash 2 draft; a draft that does not fit is refused and the engine runs without it."""
+        try:
+            drafter = DFlashDrafter(path, self.model, verbose=self.config.verbose)
+        except EngineError as e:
+            self.draft_error = e.message
+            log.error("DFlash draft not used: %s", e.message)
+            return
+        try:
+            self.add_drafter(drafter)
+        except EngineError as e:
+            drafter.close()
+            self.draft_error = e.message
+            log.error("DFlash draft not used: %s", e.message)
 
     def add_drafter(self, drafter: Drafter) -> None:
         """Make `drafter` available as speculative mode `drafter.name` (before the first request)."""
@@ -158,6 +178,9 @@ class Engine:
             self._stopping.set()
             self._queue.put(None)  # wake the worker
             self._thread.join()
+            for d in self.drafters.values():
+                if hasattr(d, "close"):
+                    d.close()  # draft contexts point into the target context: free them first
             self.ctx.close()
             self.model.close()
 
@@ -250,8 +273,11 @@ class Engine:
             return None  # only greedy acceptance is wired so far: sampled requests decode plainly
         # A fixed block drafts B-1 every step; otherwise the chooser picks T (or plain) per step.
         curve = None if p.block else self._cost_curve(slot.seq_id)
-        return SpecState(p, self.drafters[mode], p.block or self.config.spec_block, self.n_ctx, curve,
-                         p.selector)
+        drafter = self.drafters[mode]
+        selector = (p.selector or self.config.selector) if mode == "dflash" else None
+        info = getattr(drafter, "info", None)  # a DFlash draft cannot draft past its block_size
+        block = min(p.block or self.config.spec_block, info.block_size if info else MAX_BLOCK)
+        return SpecState(p, drafter, block, self.n_ctx, curve, selector)
 
     def _cost_curve(self, free_seq: int) -> CostCurve:
         if self._curve is None:  # measured once, on a sequence that is free right now

@@ -43,7 +43,10 @@ def create_app(settings: Settings, loader: Loader = load_engine) -> FastAPI:
         rt: Runtime = request.app.state.runtime
         body = {"status": rt.status}
         if rt.status == "ready":
-            body |= {"model": rt.model.name, "engine": rt.engine.stats(), "n_ctx": rt.engine.n_ctx}
+            eng = rt.engine
+            body |= {"model": rt.model.name, "engine": eng.stats(), "n_ctx": eng.n_ctx,
+                     "speculation": {"drafters": sorted(eng.drafters), "default": eng.config.spec_mode,
+                                     "exact": eng.spec_exact, "draft_error": eng.draft_error}}
         if rt.error:
             body["error"] = rt.error
         return JSONResponse(body, status_code=200 if rt.status == "ready" else 503)

@@ -31,7 +31,8 @@ def cmd_serve(a) -> int:
 
     settings = _settings(model=a.model, host=a.host, port=a.port, ctx=a.ctx, parallel=a.parallel,
                          threads=a.threads, api_key=a.api_key, home=a.home, verbose=a.verbose or None,
-                         allowed_hosts=a.allowed_host or None, allowed_origins=a.allowed_origin or None)
+                         allowed_hosts=a.allowed_host or None, allowed_origins=a.allowed_origin or None,
+                         draft=a.draft, speculative=a.speculative, selector=a.selector, spec_block=a.block)
     ModelStore(settings.home).resolve(settings.model)  # fail now, with a hint, not after start-up
     app = create_app(settings)
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
@@ -53,9 +54,21 @@ def cmd_models(a) -> int:
     if not models:
         print(f"No models installed in {store.models_dir}. HINT: run `flashdesk pull {DEFAULT_MODEL}`.")
         return 0
-    print(f"{'NAME':20} {'SIZE':>9}  {'ARCH':10} SOURCE")
+    print(f"{'NAME':20} {'SIZE':>9}  {'ARCH':10} {'DRAFT':6} SOURCE")
     for m in models:
-        print(f"{m.name:20} {m.size / 1e6:8.1f}M  {m.architecture:10} {m.source}")
+        print(f"{m.name:20} {m.size / 1e6:8.1f}M  {m.architecture:10} {'yes' if m.draft else '-':6} {m.source}")
+    return 0
+
+
+def cmd_pair(a) -> int:
+    m = ModelStore(a.home).pair(a.model, a.draft)
+    print(f"{m.name}: paired with the DFlash 2 draft {a.draft}; `flashdesk serve --model {m.name}` uses it.")
+    return 0
+
+
+def cmd_unpair(a) -> int:
+    m = ModelStore(a.home).unpair(a.model)
+    print(f"{m.name}: no draft paired any more.")
     return 0
 
 
@@ -92,6 +105,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--allowed-host", action="append", help="extra Host name to accept (repeatable)")
     s.add_argument("--allowed-origin", action="append", help="extra browser origin to allow (repeatable)")
     s.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
+    s.add_argument("--draft", help="DFlash 2 draft: auto (the paired one, default), none, or a path")
+    s.add_argument("--speculative", choices=["auto", "off", "dflash", "lookup"],
+                   help="default speculation (auto: only where it is measured to be faster)")
+    s.add_argument("--selector", choices=["walk", "viterbi", "dp", "top1"], help="DFlash 2 path selector")
+    s.add_argument("--block", type=int, help="largest speculative block B (2-16, default 8)")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("pull", help="download a known model into the store")
@@ -101,6 +119,15 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("models", help="list installed models")
     s.set_defaults(func=cmd_models)
+
+    s = sub.add_parser("pair", help="pair an installed model with a DFlash 2 draft (.gguf)")
+    s.add_argument("model")
+    s.add_argument("draft")
+    s.set_defaults(func=cmd_pair)
+
+    s = sub.add_parser("unpair", help="remove a model's paired draft")
+    s.add_argument("model")
+    s.set_defaults(func=cmd_unpair)
 
     s = sub.add_parser("import", help="validate a local .gguf and add it to the store")
     s.add_argument("path")

@@ -22,8 +22,11 @@ Loader = Callable[[Settings], tuple[InstalledModel, Engine]]
 
 def load_engine(settings: Settings) -> tuple[InstalledModel, Engine]:
     entry = ModelStore(settings.home).resolve(settings.model)
+    draft = {"auto": entry.draft_path, "none": None}.get(settings.draft, settings.draft)
+    cost_cache = str(entry.folder / f"verify-cost-{settings.threads}t.json") if entry.folder else None
     cfg = EngineConfig(n_ctx=settings.ctx, n_parallel=settings.parallel, n_threads=settings.threads,
-                       verbose=settings.verbose)
+                       verbose=settings.verbose, spec_mode=settings.speculative, spec_block=settings.spec_block,
+                       selector=settings.selector, draft=draft, cost_cache=cost_cache)
     return entry, Engine.load(entry.path, cfg)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -43,6 +44,11 @@ class Settings(BaseSettings):
                                        description="extra browser origins allowed to call the API")
     max_body_bytes: int = Field(8 << 20, ge=1024, description="largest request body accepted")
     verbose: bool = Field(False, description="print llama.cpp's own log")
+    draft: str = Field("auto", description="DFlash 2 draft: auto (the model's paired draft), none, or a path")
+    speculative: Literal["auto", "off", "dflash", "lookup"] = Field(
+        "auto", description="default speculation for requests that do not ask (auto: only where it is faster)")
+    selector: Literal["walk", "viterbi", "dp", "top1"] = Field("walk", description="DFlash 2 path selector")
+    spec_block: int = Field(8, ge=2, le=16, description="largest block B (anchor + drafted tokens)")
 
     @model_validator(mode="after")
     def _safe_bind(self):

@@ -19,6 +19,7 @@ from collections import defaultdict
 from ..context import Context
 from . import accept
 from .drafter import Drafter, Proposal, SeqView
+from .select import select
 from .verify import add_verify_rows, target_argmax
 
 
@@ -58,6 +59,7 @@ class Stepper:
                     committed[slot.seq_id] = [slot.sampler.sample(self.ctx.ptr, r[-1])]
                     if slot.spec is not None:
                         slot.spec.stats.plain_steps += 1
+                        slot.spec.stats.plain_ms += verify_ms
                 kept = len(committed[slot.seq_id]) if slot.seq_id in paths else len(r)  # anchor + accepted
                 self._observe(slot, r[:kept])
         finally:
@@ -81,6 +83,12 @@ class Stepper:
             for slot, prop in zip(group, proposals):
                 slot.spec.stats.draft_ms += share
                 slot.spec.observe_draft_cost(share)
+                lattice = prop.stats.get("lattice")
+                if lattice is not None and slot.spec.stats.selector:  # the select stage
+                    t1 = time.perf_counter()
+                    sel = select(lattice, len(prop.tokens), prop.stats["top_k"], slot.spec.stats.selector)
+                    prop = Proposal(sel.ids.tolist(), stats=prop.stats)
+                    slot.spec.stats.select_ms += (time.perf_counter() - t1) * 1000.0
                 if prop.tokens:  # an empty path: this sequence decodes plainly this step
                     out[slot.seq_id] = Proposal(prop.tokens[:n_draft], prop.cand_ids, prop.cand_q, prop.stats)
         return out

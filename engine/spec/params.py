@@ -39,8 +39,10 @@ class SpecStats:
     accepted_at: list[int] = field(default_factory=list)  # [B-1] verifies whose position i was accepted
     drafted_at: list[int] = field(default_factory=list)  # [B-1] verifies that drafted position i
     draft_ms: float = 0.0
+    select_ms: float = 0.0
     verify_ms: float = 0.0  # this request's share of target batches that carried its verify rows
-    plain_steps: int = 0  # steps decoded without speculation
+    plain_steps: int = 0  # steps decoded without speculation (the chooser found plain faster)
+    plain_ms: float = 0.0  # target time of those steps
 
     @property
     def tau(self) -> float:
@@ -66,5 +68,6 @@ class SpecStats:
             "accepted": self.accepted, "tau": round(self.tau, 3), "plain_steps": self.plain_steps,
             "acceptance_by_position": [round(a / d, 3) if d else 0.0
                                        for a, d in zip(self.accepted_at, self.drafted_at)],
-            "draft_ms": round(self.draft_ms, 2), "verify_ms": round(self.verify_ms, 2),
+            "draft_ms": round(self.draft_ms, 2), "select_ms": round(self.select_ms, 3),
+            "verify_ms": round(self.verify_ms, 2), "plain_ms": round(self.plain_ms, 2),
         }

@@ -1,0 +1,132 @@
+"""Speculative decoding benchmark: every mode against plain decoding, per dev-prompt category.
+
+One engine, one run; for each prompt the modes run back to back (A B C ... A B C ...),
+greedy, the same token ids for every mode. Reports per category and mode: tau, tok/s
+(median of per-prompt rates), ratio to plain, where the time went (draft, select,
+target, Python overhead), and whether every output equalled plain (it must). Writes
+JSON to bench/out/spec.json.
+
+    .venv/bin/python bench/spec.py [--draft PATH|auto|random] [--prompts 2] [--max-tokens 96]
+
+Without a trained draft (`--draft random`, the default when none is paired) the DFlash
+rows measure the machinery's costs only: a random draft is almost never accepted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the packages, then the test helpers
+from conftest import dev_prompts, test_home  # noqa: E402
+
+from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
+from engine.spec.params import SpecParams  # noqa: E402
+from engine.store import ModelStore, no_progress  # noqa: E402
+
+GREEDY = SamplingParams(temperature=0)
+
+
+def modes(have_dflash: bool, block: int) -> dict[str, SpecParams]:
+    out = {"plain": SpecParams(mode="off"), "lookup": SpecParams(mode="lookup", block=block)}
+    if have_dflash:
+        for sel in ("walk", "viterbi", "dp"):
+            out[f"dflash-{sel}"] = SpecParams(mode="dflash", selector=sel, block=block)
+    out["auto"] = SpecParams(mode="auto")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--draft", default="auto", help="auto (paired), random, none, or a path")
+    ap.add_argument("--prompts", type=int, default=2, help="prompts per category")
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--block", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "spec.json"))
+    a = ap.parse_args()
+
+    model = ModelStore(test_home()).pull("smollm2", progress=no_progress)
+    draft, draft_kind = None, "none"
+    if a.draft == "auto" and model.draft_path:
+        draft, draft_kind = model.draft_path, "paired"
+    elif a.draft in ("auto", "random"):
+        from gguf_tools.dflash_draft import write_random_draft
+
+        draft = str(Path(tempfile.mkdtemp()) / "random-dflash2.gguf")
+        write_random_draft(draft, model.path, seed=0)
+        draft_kind = "random (costs only)"
+    elif a.draft != "none":
+        draft, draft_kind = a.draft, a.draft
+    eng = Engine.load(model.path, EngineConfig(n_ctx=2048, n_parallel=1, n_threads=a.threads, draft=draft))
+    by_cat: dict[str, list] = defaultdict(list)
+    for p in dev_prompts():
+        if len(by_cat[p.get("category", "misc")]) < a.prompts:
+            by_cat[p.get("category", "misc")].append(p)
+    ms = modes("dflash" in eng.drafters, a.block)
+    rows: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    mismatches = []
+    try:
+        eng.complete("warm up", sampling=GREEDY, max_tokens=4, speculative=SpecParams(mode="auto"))
+        for cat, ps in by_cat.items():
+            for p in ps:
+                ids = eng.tokenize_prompt(eng.render_chat(p["messages"]))
+                n = min(p["max_tokens"], a.max_tokens)
+                ref = None
+                for name, spec in ms.items():  # A B C ... on the same prompt
+                    t0 = time.perf_counter()
+                    c = eng.complete(ids, sampling=GREEDY, max_tokens=n, speculative=spec)
+                    wall = (time.perf_counter() - t0) * 1000.0 - c.usage.prefill_ms
+                    ref = c.tokens if ref is None else ref
+                    if c.tokens != ref:
+                        mismatches.append((p["id"], name))
+                    s = c.usage.speculation or {}
+                    rows[(cat, name)].append({
+                        "tokens": len(c.tokens), "decode_ms": c.usage.decode_ms, "wall_ms": wall,
+                        "tau": s.get("tau"), "verifies": s.get("verifies", 0),
+                        "draft_ms": s.get("draft_ms", 0.0), "select_ms": s.get("select_ms", 0.0),
+                        "target_ms": s.get("verify_ms", 0.0) + s.get("plain_ms", 0.0)})
+            print(f"{cat} done", file=sys.stderr)
+    finally:
+        eng.close()
+
+    table = []
+    for cat in list(by_cat) + ["all"]:
+        plain_rate = None
+        for name in ms:
+            rs = [r for (c, m), lst in rows.items() if m == name and (cat == "all" or c == cat) for r in lst]
+            rate = statistics.median(r["tokens"] / (r["decode_ms"] / 1000.0) for r in rs if r["decode_ms"] > 0)
+            plain_rate = rate if name == "plain" else plain_rate
+            ver = sum(r["verifies"] for r in rs)
+            spent = sum(r["decode_ms"] for r in rs) or 1.0
+            shares = {k: round(100 * sum(r[k] for r in rs) / spent, 1) for k in ("draft_ms", "select_ms", "target_ms")}
+            table.append({
+                "category": cat, "mode": name, "tok_per_s": round(rate, 1), "ratio": round(rate / plain_rate, 3),
+                "tau": round(sum((r["tau"] or 0) * r["verifies"] for r in rs) / ver, 2) if ver else None,
+                "share_pct": shares | {"python_other": round(100 - sum(shares.values()), 1)} if ver else None,
+            })
+    result = {"draft": draft_kind, "block": a.block, "threads": a.threads, "max_tokens": a.max_tokens,
+              "prompts_per_category": a.prompts, "mismatches": mismatches, "table": table,
+              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                       text=True).stdout.strip()}
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(result, indent=1))
+    print(f"{'category':20} {'mode':16} {'tok/s':>7} {'ratio':>6} {'tau':>5}  shares % (draft/select/target/other)")
+    for r in table:
+        sh = r["share_pct"]
+        shares = f"{sh['draft_ms']}/{sh['select_ms']}/{sh['target_ms']}/{sh['python_other']}" if sh else "-"
+        print(f"{r['category']:20} {r['mode']:16} {r['tok_per_s']:7.1f} {r['ratio']:6.3f} {r['tau'] or '-':>5}  {shares}")
+    print(f"mismatches against plain: {mismatches or 'none'}")
+    return 1 if mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

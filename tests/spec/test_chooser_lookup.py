@@ -1,0 +1,39 @@
+"""The block-length chooser and prompt lookup: pure logic, no model."""
+
+from engine.spec.chooser import CostCurve, choose_path_len, expected_committed
+from engine.spec.lookup import PromptLookupDrafter
+
+# This machine's shape of the cost curve (DESIGN.md §5): nearly linear on a 2-core CPU.
+CPU = CostCurve([0, 7.0, 13.0, 16.0, 19.3, 22.6, 25.9, 29.2, 32.6] + [32.6 + 3.3 * i for i in range(1, 9)], 2, 256)
+GPU = CostCurve([0] + [7.0 + 0.1 * k for k in range(16)], 1, 256)  # nearly flat up to 16 rows
+
+
+def test_expected_committed():
+    assert expected_committed([0.5, 0.5], 0) == 1.0
+    assert expected_committed([0.5, 0.5], 2) == 1.0 + 0.5 + 0.25
+    assert expected_committed([1.0] * 7, 7) == 8.0
+
+
+def test_plain_when_acceptance_cannot_pay_for_the_verify():
+    assert choose_path_len([0.5] * 7, 7, CPU) == 0
+    assert choose_path_len([0.0] * 7, 7, GPU) == 0
+
+
+def test_speculates_where_it_pays():
+    assert choose_path_len([0.99] * 7, 7, CPU) > 0  # a copy span: nearly everything is accepted
+    t = choose_path_len([0.8] * 15, 15, GPU)
+    assert t >= 8  # a flat curve rewards long blocks
+
+
+def test_draft_cost_counts():
+    assert choose_path_len([0.9] * 7, 7, GPU, draft_ms=0.0) > 0
+    assert choose_path_len([0.9] * 7, 7, GPU, draft_ms=1000.0) == 0
+
+
+def test_lookup_proposes_what_followed_the_latest_match():
+    d = PromptLookupDrafter(max_ngram=3)
+    toks = [1, 2, 3, 4, 5, 9, 1, 2, 3, 7, 8, 1, 2, 3]
+    assert d.lookup(toks, 2) == [7, 8]  # the most recent earlier "1 2 3" was followed by 7 8
+    assert d.lookup([5, 6, 7], 4) == []  # no repeat, nothing to propose
+    assert d.lookup([4, 4, 4, 4], 3) == [4]  # overlap: the match at 0 has one token after it within L-1
+    assert d.lookup(toks, 0) == []
