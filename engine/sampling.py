@@ -10,11 +10,13 @@ References: llama.cpp `include/llama.h`, "Sampling API".
 
 from __future__ import annotations
 
+import ctypes
 import math
 import random
 from dataclasses import dataclass
 
 import llama_cpp
+import numpy as np
 
 from .errors import InvalidRequest
 
@@ -76,6 +78,56 @@ class Sampler:
     def sample(self, ctx_ptr, row: int) -> int:
         """Draw from the logits of batch row `row`; also records the token for penalties."""
         return int(llama_cpp.llama_sampler_sample(self.ptr, ctx_ptr, row))
+
+    def free(self) -> None:
+        if self.ptr:
+            llama_cpp.llama_sampler_free(self.ptr)
+            self.ptr = None
+
+
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
+
+
+class TargetDistribution:
+    """The distribution the plain sampler draws from, as an array, for speculative sampling.
+
+    Applies llama.cpp's own top-k / top-p / min-p / temperature samplers (the same chain
+    as `Sampler`, without the final draw) to one row of logits and returns the resulting
+    probabilities over the whole vocabulary, so acceptance compares against exactly what
+    plain decoding would have sampled from. Penalties are not supported here (requests
+    with penalties decode plainly).
+    """
+
+    def __init__(self, params: SamplingParams, n_vocab: int):
+        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        if params.top_k > 0:
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_k(params.top_k))
+        if params.top_p < 1.0:
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
+        if params.min_p > 0.0:
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
+        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_temp(params.temperature))
+        self.ptr = chain
+        self.n_vocab = n_vocab
+        self._data = np.empty(n_vocab, dtype=_TOKEN_DATA)  # [V] reused scratch
+
+    def probs(self, logits: np.ndarray) -> np.ndarray:
+        """logits [V] float32 -> p [V] float32 (zero outside what the samplers keep)."""
+        d = self._data
+        d["id"] = np.arange(self.n_vocab, dtype=np.int32)
+        d["logit"] = logits
+        d["p"] = 0.0
+        arr = llama_cpp.llama_token_data_array(
+            d.ctypes.data_as(llama_cpp.llama_token_data_p), self.n_vocab, -1, False)
+        llama_cpp.llama_sampler_apply(self.ptr, ctypes.byref(arr))
+        kept = d[: arr.size]  # the samplers reorder and truncate the array in place
+        z = kept["logit"].astype(np.float64)
+        finite = np.isfinite(z)
+        w = np.zeros_like(z)
+        w[finite] = np.exp(z[finite] - z[finite].max())
+        p = np.zeros(self.n_vocab, dtype=np.float32)  # [V]
+        p[kept["id"]] = (w / w.sum()).astype(np.float32)
+        return p
 
     def free(self) -> None:
         if self.ptr:

@@ -68,5 +68,6 @@ class Slot:
         self.sampler.free()
         if self.spec is not None:
             self.spec.drafter.forget(self.seq_id)
+            self.spec.free()
             self.spec = None
         self.req = None

@@ -109,7 +109,7 @@ class ModelStore:
                 raise ModelNotFound(f"no model file at {p}", param="model")
             summary = _check(p)
             return InstalledModel(p.stem.lower(), p.name, "", p.stat().st_size, f"path:{p}",
-                                  summary.architecture or "unknown", p.stat().st_mtime, str(p))
+                                  summary.architecture or "unknown", p.stat().st_mtime, path=str(p))
         return self.get(name_or_path)
 
     def _read(self, folder: Path) -> InstalledModel | None:

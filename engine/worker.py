@@ -12,6 +12,7 @@ Not HTTP: events go to `request.sink`; the server adapts them to SSE/JSON.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import queue
@@ -24,7 +25,7 @@ from .context import Context, ContextConfig
 from .errors import ContextLengthExceeded, EngineError, EngineStopped, GenerationFailed, InvalidRequest
 from .model import Model, ModelInfo, batch_invariant_build
 from .request import Completion, GenerationRequest, RequestHandle, StreamEvent
-from .sampling import SamplingParams
+from .sampling import SamplingParams, TargetDistribution
 from .slot import Slot
 from .spec.chooser import CostCurve
 from .spec.dflash import DFlashDrafter
@@ -67,6 +68,7 @@ class Engine:
             self._load_draft(config.draft)
         self._stepper = Stepper(self.ctx)
         self._curve: CostCurve | None = None
+        self.totals: collections.Counter = collections.Counter()  # (metric, label) -> count
         # Speculation is only lossless when verify rows compute exactly like single tokens.
         self.spec_exact = batch_invariant_build()
         if not self.spec_exact:
@@ -169,6 +171,18 @@ class Engine:
     def chat(self, messages: list[dict], **kw) -> Completion:
         return self.complete(self.render_chat(messages), **kw)
 
+    def _count(self, event: StreamEvent) -> None:
+        """Running totals for /metrics (written by the worker only; readers take a copy)."""
+        t, u = self.totals, event.usage
+        t[("requests", "error" if event.error else event.finish_reason)] += 1
+        t[("prompt_tokens", "")] += u.prompt_tokens
+        t[("completion_tokens", "")] += u.completion_tokens
+        if u.speculation:
+            mode = u.speculation["mode"]
+            t[("spec_verifies", mode)] += u.speculation["verifies"]
+            t[("spec_drafted", mode)] += u.speculation["drafted"]
+            t[("spec_accepted", mode)] += u.speculation["accepted"]
+
     def stats(self) -> dict:
         busy = sum(s.busy for s in self._slots)
         return {"active": busy, "queued": self._queue.qsize() + len(self._waiting), "slots": len(self._slots)}
@@ -269,15 +283,16 @@ class Engine:
         s = req.sampling
         if mode == "off" or mode not in self.drafters or not self.spec_exact:
             return None
-        if not s.greedy or s.presence_penalty or s.frequency_penalty:
-            return None  # only greedy acceptance is wired so far: sampled requests decode plainly
+        if s.presence_penalty or s.frequency_penalty:
+            return None  # penalties depend on every accepted token: those requests decode plainly
         # A fixed block drafts B-1 every step; otherwise the chooser picks T (or plain) per step.
         curve = None if p.block else self._cost_curve(slot.seq_id)
         drafter = self.drafters[mode]
         selector = (p.selector or self.config.selector) if mode == "dflash" else None
         info = getattr(drafter, "info", None)  # a DFlash draft cannot draft past its block_size
         block = min(p.block or self.config.spec_block, info.block_size if info else MAX_BLOCK)
-        return SpecState(p, drafter, block, self.n_ctx, curve, selector)
+        dist = None if s.greedy else TargetDistribution(s, self.model.n_vocab)
+        return SpecState(p, drafter, block, self.n_ctx, curve, selector, dist=dist, seed=s.seed)
 
     def _cost_curve(self, free_seq: int) -> CostCurve:
         if self._curve is None:  # measured once, on a sequence that is free right now
@@ -307,6 +322,7 @@ class Engine:
     def _finish(self, slot: Slot, event: StreamEvent) -> None:
         """Send the final event, free the sequence's KV cells and the slot."""
         event.usage = slot.usage()
+        self._count(event)
         slot.emit(event)
         self.ctx.forget(slot.seq_id)
         slot.release()

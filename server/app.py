@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from . import errors, openai_routes
+from . import errors, metrics, openai_routes
 from .runtime import Loader, Runtime, load_engine
 from .security import GuardMiddleware
 from .settings import Settings
@@ -36,6 +36,7 @@ def create_app(settings: Settings, loader: Loader = load_engine) -> FastAPI:
     app.state.settings = settings
     errors.install(app)
     app.include_router(openai_routes.router)
+    app.include_router(metrics.router)
     app.add_middleware(GuardMiddleware, settings=settings)
 
     @app.get("/health")

@@ -16,11 +16,13 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
+import numpy as np
+
 from ..context import Context
 from . import accept
 from .drafter import Drafter, Proposal, SeqView
 from .select import select
-from .verify import add_verify_rows, target_argmax
+from .verify import add_verify_rows, target_argmax, target_logits
 
 
 class Stepper:
@@ -85,13 +87,23 @@ class Stepper:
                 slot.spec.observe_draft_cost(share)
                 lattice = prop.stats.get("lattice")
                 if lattice is not None and slot.spec.stats.selector:  # the select stage
-                    t1 = time.perf_counter()
-                    sel = select(lattice, len(prop.tokens), prop.stats["top_k"], slot.spec.stats.selector)
-                    prop = Proposal(sel.ids.tolist(), stats=prop.stats)
-                    slot.spec.stats.select_ms += (time.perf_counter() - t1) * 1000.0
+                    prop = self._select(slot, prop, lattice)
                 if prop.tokens:  # an empty path: this sequence decodes plainly this step
                     out[slot.seq_id] = Proposal(prop.tokens[:n_draft], prop.cand_ids, prop.cand_q, prop.stats)
         return out
+
+    def _select(self, slot, prop: Proposal, lattice) -> Proposal:
+        """The path through the lattice: the slot's selector at temperature 0; at T > 0 a
+        path drawn from q = softmax(S / T), which acceptance needs to stay lossless."""
+        t0 = time.perf_counter()
+        spec, temp = slot.spec, slot.req.sampling.temperature
+        T, K = len(prop.tokens), prop.stats["top_k"]
+        if spec.dist is None:
+            sel = select(lattice, T, K, spec.stats.selector)
+        else:
+            sel = select(lattice, T, K, "walk", temp, uniforms=spec.rng.random(T, dtype=np.float32))
+        spec.stats.select_ms += (time.perf_counter() - t0) * 1000.0
+        return Proposal(sel.ids.tolist(), sel.cand_ids, sel.q, prop.stats)
 
     def _prompt_chunk(self, slot, room: int) -> list[int]:
         n = max(0, min(len(slot.pending), room))
@@ -102,11 +114,16 @@ class Stepper:
         return rows
 
     def _accept(self, slot, prop: Proposal, rows: list[int], verify_ms: float) -> list[int]:
-        target = target_argmax(self.ctx, rows)  # [T+1]
-        n, bonus = accept.accept_greedy(prop.tokens, target)
-        slot.spec.stats.record(len(prop.tokens), n)
-        slot.spec.stats.verify_ms += verify_ms
-        slot.spec.observe_acceptance(len(prop.tokens), n)
+        spec = slot.spec
+        if spec.dist is None:  # temperature 0: the longest prefix the target's argmax agrees with
+            n, bonus = accept.accept_greedy(prop.tokens, target_argmax(self.ctx, rows))  # target: [T+1]
+        else:  # rejection sampling against the target sampler's own distribution at each row
+            p = np.stack([spec.dist.probs(row) for row in target_logits(self.ctx, rows)])  # [T+1, V]
+            u = spec.rng.random(2 * len(rows), dtype=np.float32)  # [2(T+1)]
+            n, bonus = accept.accept_sample(p, prop.tokens, prop.cand_ids, prop.cand_q, u)
+        spec.stats.record(len(prop.tokens), n)
+        spec.stats.verify_ms += verify_ms
+        spec.observe_acceptance(len(prop.tokens), n)
         slot.n_past += n + 1  # the anchor and the accepted path tokens are now committed
         return list(prop.tokens[:n]) + [int(bonus)]
 

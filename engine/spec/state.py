@@ -4,6 +4,9 @@ estimates and stats. One per speculating request, owned by its slot.
 
 from __future__ import annotations
 
+import numpy as np
+
+from ..sampling import TargetDistribution
 from .chooser import CostCurve, choose_path_len
 from .drafter import Drafter
 from .params import SpecParams, SpecStats
@@ -12,7 +15,7 @@ from .params import SpecParams, SpecStats
 class SpecState:
     def __init__(self, params: SpecParams, drafter: Drafter, block: int, n_ctx: int,
                  curve: CostCurve | None = None, selector: str | None = None, prior: float = 0.6,
-                 probe_every: int = 8):
+                 probe_every: int = 8, dist: TargetDistribution | None = None, seed: int | None = None):
         self.params = params
         self.drafter = drafter
         self.block = block  # B: anchor + B-1 drafted slots (the most; the chooser may draft fewer)
@@ -24,6 +27,13 @@ class SpecState:
         self.draft_ms = 0.0  # running estimate of one draft call's cost for this sequence
         self.probe_every = probe_every
         self._plain_run = 0
+        # Sampling (temperature > 0): the target's distribution and this request's own RNG.
+        self.dist = dist
+        self.rng = np.random.default_rng(seed)
+
+    def free(self) -> None:
+        if self.dist is not None:
+            self.dist.free()
 
     def path_len(self, slot) -> int:
         """Path tokens to draft this step: 0 means decode plainly."""

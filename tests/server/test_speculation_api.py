@@ -1,0 +1,52 @@
+"""The speculation extension on the API: request field, usage report, errors, /metrics."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+MSG = [{"role": "user", "content": "Repeat exactly: order 4411, 200 blue shirts, size M, due Friday."}]
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.base}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def test_lookup_speculation_is_reported_and_changes_nothing(client):
+    kw = dict(model="smollm2", messages=MSG, temperature=0, max_tokens=48)
+    plain = client.chat.completions.create(**kw, extra_body={"speculative": {"mode": "off"}})
+    spec = client.chat.completions.create(**kw, extra_body={"speculative": {"mode": "lookup", "block": 4}})
+    assert spec.choices[0].message.content == plain.choices[0].message.content
+    s = spec.usage.speculation
+    assert s["mode"] == "lookup" and s["verifies"] > 0 and s["tau"] >= 1.0
+    assert len(s["acceptance_by_position"]) <= 3
+    assert getattr(plain.usage, "speculation", None) is None
+
+
+def test_speculation_in_the_final_stream_usage_chunk(client):
+    chunks = list(client.chat.completions.create(
+        model="smollm2", messages=MSG, temperature=0, max_tokens=24, stream=True,
+        stream_options={"include_usage": True}, extra_body={"speculative": {"mode": "lookup", "block": 4}}))
+    assert chunks[-1].usage.speculation["mode"] == "lookup"
+
+
+@pytest.mark.parametrize("spec", [{"mode": "warp"}, {"mode": "lookup", "block": 1}, {"selector": "best"},
+                                  {"mode": "dflash"}])
+def test_bad_speculation_settings_are_400(client, spec):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="smollm2", messages=MSG, max_tokens=4,
+                                       extra_body={"speculative": spec})
+    assert "speculative" in (e.value.body.get("param") or "") or "dflash" in e.value.body["message"]
+
+
+def test_health_and_metrics_report_speculation(server, client):
+    h = httpx.get(f"{server.base}/health").json()["speculation"]
+    assert h["exact"] is True and "lookup" in h["drafters"]
+    client.chat.completions.create(model="smollm2", messages=MSG, temperature=0, max_tokens=16,
+                                   extra_body={"speculative": {"mode": "lookup", "block": 4}})
+    text = httpx.get(f"{server.base}/metrics").text
+    assert 'flashdesk_requests_total{finish_reason=' in text
+    assert 'flashdesk_spec_verifies_total{mode="lookup"}' in text
+    assert "flashdesk_completion_tokens_total" in text
