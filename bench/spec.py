@@ -36,10 +36,14 @@ GREEDY = SamplingParams(temperature=0)
 
 
 def modes(have_dflash: bool, block: int) -> dict[str, SpecParams]:
-    out = {"plain": SpecParams(mode="off"), "lookup": SpecParams(mode="lookup", block=block)}
+    """Fixed-block modes show the raw trade-off; "+chooser" rows let the chooser pick the block
+    (or plain) every step, which is what `auto` does with the best drafter the engine has."""
+    out = {"plain": SpecParams(mode="off"), f"lookup B={block}": SpecParams(mode="lookup", block=block),
+           "lookup+chooser": SpecParams(mode="lookup")}
     if have_dflash:
         for sel in ("walk", "viterbi", "dp"):
-            out[f"dflash-{sel}"] = SpecParams(mode="dflash", selector=sel, block=block)
+            out[f"dflash-{sel} B={block}"] = SpecParams(mode="dflash", selector=sel, block=block)
+        out["dflash+chooser"] = SpecParams(mode="dflash")
     out["auto"] = SpecParams(mode="auto")
     return out
 

@@ -13,16 +13,21 @@ Not the worker: admission, cancellation, text and finishing stay in worker.py.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 
 import numpy as np
 
 from ..context import Context
+from ..errors import EngineError
 from . import accept
 from .drafter import Drafter, Proposal, SeqView
 from .select import select
 from .verify import add_verify_rows, target_argmax, target_logits
+
+
+log = logging.getLogger("flashdesk.engine")
 
 
 class Stepper:
@@ -59,7 +64,7 @@ class Stepper:
                     committed[slot.seq_id] = self._accept(slot, paths[slot.seq_id], r, verify_ms)
                 elif not slot.prefilling and r:
                     committed[slot.seq_id] = [slot.sampler.sample(self.ctx.ptr, r[-1])]
-                    if slot.spec is not None:
+                    if slot.spec is not None and len(r) == 1:  # not the step that ended the prompt
                         slot.spec.stats.plain_steps += 1
                         slot.spec.stats.plain_ms += verify_ms
                 kept = len(committed[slot.seq_id]) if slot.seq_id in paths else len(r)  # anchor + accepted
@@ -80,7 +85,11 @@ class Stepper:
             drafter: Drafter = group[0].spec.drafter
             t0 = time.perf_counter()
             views = [SeqView(s.seq_id, s.history(), s.n_past) for s in group]
-            proposals = drafter.propose(views, n_draft, 0.0)
+            try:
+                proposals = drafter.propose(views, n_draft, 0.0)
+            except EngineError as e:  # a drafter failing costs this step's speculation, not the requests
+                log.warning("%s drafter failed, decoding plainly this step: %s", drafter.name, e.message)
+                continue
             share = (time.perf_counter() - t0) * 1000.0 / len(group)
             for slot, prop in zip(group, proposals):
                 slot.spec.stats.draft_ms += share
@@ -129,8 +138,19 @@ class Stepper:
 
     def _observe(self, slot, rows: list[int]) -> None:
         """Tell the slot's drafter which of its rows the target committed in this decode
-        (they end at the slot's committed frontier n_past)."""
+        (they end at the slot's committed frontier n_past). A drafter that cannot follow
+        loses this sequence, which then decodes plainly to the end."""
         if slot.spec is None or not rows:
             return
+        if slot.spec.retired:  # auto mode gave up on this drafter: stop feeding it
+            slot.spec.drafter.forget(slot.seq_id)
+            return
         first = slot.n_past - len(rows)
-        slot.spec.drafter.observe([(slot.seq_id, first + j, row) for j, row in enumerate(rows)])
+        try:
+            slot.spec.drafter.observe([(slot.seq_id, first + j, row) for j, row in enumerate(rows)])
+        except EngineError as e:
+            log.warning("%s drafter lost sequence %d, decoding it plainly: %s",
+                        slot.spec.drafter.name, slot.seq_id, e.message)
+            slot.spec.drafter.forget(slot.seq_id)
+            slot.spec.free()
+            slot.spec = None

@@ -37,3 +37,39 @@ def test_lookup_proposes_what_followed_the_latest_match():
     assert d.lookup([5, 6, 7], 4) == []  # no repeat, nothing to propose
     assert d.lookup([4, 4, 4, 4], 3) == [4]  # overlap: the match at 0 has one token after it within L-1
     assert d.lookup(toks, 0) == []
+
+
+class _Slot:
+    n_past, max_new, output = 100, 1000, [1]
+
+
+def test_failed_probes_back_off_and_auto_retires():
+    from engine.spec.params import SpecParams
+    from engine.spec.state import SpecState
+
+    st = SpecState(SpecParams(mode="auto"), PromptLookupDrafter(), 8, 4096, CPU, prior=0.1)
+    probes = []
+    for step in range(400):
+        t = st.path_len(_Slot)
+        if t:
+            probes.append(step)
+            st.observe_acceptance(t, 0)  # every probe misses
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps == sorted(gaps) and gaps[-1] > gaps[0]  # backing off
+    assert st.retired and st.path_len(_Slot) == 0  # auto gave up on a useless drafter
+
+
+def test_a_hit_resets_the_probe_interval():
+    from engine.spec.params import SpecParams
+    from engine.spec.state import SpecState
+
+    st = SpecState(SpecParams(mode="lookup"), PromptLookupDrafter(), 8, 4096, CPU, prior=0.1)
+    for _ in range(3):
+        while not st.path_len(_Slot):
+            pass
+        st.observe_acceptance(1, 0)
+    assert st.probe_every == 64 and not st.retired  # explicit modes never retire
+    while not st.path_len(_Slot):
+        pass
+    st.observe_acceptance(1, 1)
+    assert st.probe_every == 8

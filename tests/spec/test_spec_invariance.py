@@ -119,3 +119,48 @@ def test_partial_acceptance_and_rollback_at_every_position(engine, prompts, plai
 def test_llama_build_is_batch_invariant(engine):
     """llamafile's sgemm changes the numerics of k >= 2 rows; scripts/setup.sh builds without it."""
     assert engine.spec_exact, "llama-cpp-python was built with GGML_LLAMAFILE on: run scripts/setup.sh"
+
+
+class FailingDrafter:
+    """Fails in propose() on odd calls and in observe() after a while: requests must not notice."""
+
+    name = "failing"
+
+    def __init__(self):
+        self.calls = 0
+        self.observed = 0
+
+    def attach(self, ctx):
+        pass
+
+    def forget(self, seq_id):
+        pass
+
+    def observe(self, committed):
+        self.observed += 1
+        if self.observed > 40:
+            from engine.spec.dflash import DraftStepError
+
+            raise DraftStepError("lost track (test)")
+
+    def propose(self, seqs, n_draft, temperature):
+        self.calls += 1
+        if self.calls % 2:
+            from engine.spec.dflash import DraftStepError
+
+            raise DraftStepError("no block this time (test)")
+        return [Proposal([1, 2, 3][:n_draft]) for _ in seqs]
+
+
+def test_a_failing_drafter_costs_speculation_not_requests(engine, prompts, plain):
+    engine.add_drafter(FailingDrafter())
+    results = run_all(engine, prompts[:4], SpecParams(mode="failing", block=4), concurrent=True)
+    assert_invariant(plain, results)
+    assert all(r.finish_reason in ("stop", "length") for r in results.values())
+
+
+def test_auto_mode_with_the_chooser_is_lossless(engine, prompts, plain):
+    """auto without a paired draft: prompt lookup, block chosen (or plain) from the measured costs."""
+    results = run_all(engine, prompts, SpecParams(mode="auto"), concurrent=True)
+    assert_invariant(plain, results)
+    assert all(r.usage.speculation["mode"] == "lookup" for r in results.values())
