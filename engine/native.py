@@ -155,31 +155,31 @@ def _outputs(T: int, K: int, want_q: bool) -> tuple[np.ndarray, np.ndarray, np.n
     return idx, ids, q
 
 
-def select_walk(lattice: Lattice, T: int, K: int, temperature: float = 1.0, want_q: bool = False):
-    """Upstream's greedy walk. Returns idx [T], ids [T], q [T, K] or None."""
+def _select(fn, name: str, lattice: Lattice, T: int, K: int, temperature: float, want_q: bool, *extra):
+    """Call one of the fd_select_* functions that share the (lattice, sizes, temperature,
+    idx, ids, q) signature; `extra` are trailing pointer arguments (dp's expected value)."""
     ptr, stride = _lattice(lattice, T, K)
     idx, ids, q = _outputs(T, K, want_q)
-    _check(lib.fd_select_walk(ptr, stride, T, K, temperature, _addr(idx), _addr(ids),
-                              None if q is None else _addr(q)), "fd_select_walk")
+    _check(fn(ptr, stride, T, K, temperature, _addr(idx), _addr(ids), None if q is None else _addr(q), *extra),
+           name)
     return idx, ids, q
+
+
+def select_walk(lattice: Lattice, T: int, K: int, temperature: float = 1.0, want_q: bool = False):
+    """Upstream's greedy walk. Returns idx [T], ids [T], q [T, K] or None."""
+    return _select(lib.fd_select_walk, "fd_select_walk", lattice, T, K, temperature, want_q)
 
 
 def select_viterbi(lattice: Lattice, T: int, K: int, temperature: float = 1.0, want_q: bool = False):
     """The max-product path. Returns idx [T], ids [T], q [T, K] or None."""
-    ptr, stride = _lattice(lattice, T, K)
-    idx, ids, q = _outputs(T, K, want_q)
-    _check(lib.fd_select_viterbi(ptr, stride, T, K, temperature, _addr(idx), _addr(ids),
-                                 None if q is None else _addr(q)), "fd_select_viterbi")
-    return idx, ids, q
+    return _select(lib.fd_select_viterbi, "fd_select_viterbi", lattice, T, K, temperature, want_q)
 
 
 def select_dp(lattice: Lattice, T: int, K: int, temperature: float = 1.0, want_q: bool = False):
     """The most-expected-accepted path. Returns idx [T], ids [T], q [T, K] or None, and V_0."""
-    ptr, stride = _lattice(lattice, T, K)
-    idx, ids, q = _outputs(T, K, want_q)
     expected = ctypes.c_float()
-    _check(lib.fd_select_dp(ptr, stride, T, K, temperature, _addr(idx), _addr(ids),
-                            None if q is None else _addr(q), ctypes.addressof(expected)), "fd_select_dp")
+    idx, ids, q = _select(lib.fd_select_dp, "fd_select_dp", lattice, T, K, temperature, want_q,
+                          ctypes.addressof(expected))
     return idx, ids, q, float(expected.value)
 
 

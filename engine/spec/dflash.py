@@ -37,6 +37,7 @@ from ..errors import GenerationFailed, ModelLoadError
 from ..model import Model
 from . import llama_ext as ext
 from .drafter import Proposal, SeqView
+from .select import select
 
 # Target architectures whose graph in the pinned llama.cpp sets the input of every layer
 # as a capturable tensor (`res->t_layer_inp[il]`); others abort on the first decode.
@@ -144,31 +145,17 @@ def inspect_draft(path: str, target: Model) -> DraftInfo:
 
 
 def walk(lattice: np.ndarray, top_k: int, temperature: float = 0.0, rng: np.random.Generator | None = None):
-    """Path through one block's lattice rows `[B, stride]` (row 0 = anchor, unused).
-
-    Greedy (temperature <= 0): upstream's walk, predecessor index 0 at slot 1, then the
-    argmax over b of score[pred][b], ties to the lowest index. Otherwise each slot draws
-    from q = softmax(score[pred] / temperature). Returns (tokens [T], cand_ids [T, K] or
-    None, cand_q [T, K] or None) with T = B - 1.
+    """Path through one block's lattice rows `[B, stride]` (row 0 = anchor, unused), by the
+    native walk of select.py: upstream's greedy walk at temperature <= 0, otherwise a path
+    drawn from q = softmax(score[pred] / temperature). Returns (tokens [T], cand_ids [T, K]
+    or None, cand_q [T, K] or None) with T = B - 1.
     """
-    k = top_k
-    ids = lattice[1:, :k].astype(np.int64)  # [T, K] candidate ids (exact in float32 below 2^24)
-    scores = lattice[1:, k:k + k * k].reshape(-1, k, k)  # [T, K pred, K cand]
-    greedy = temperature <= 0.0
-    cand_q = None if greedy else np.empty(ids.shape, np.float32)  # [T, K]
+    T = lattice.shape[0] - 1
+    if temperature <= 0.0:
+        return select(lattice, T, top_k, "walk").ids.tolist(), None, None
     rng = rng if rng is not None else np.random.default_rng()
-    tokens, pred = [], 0
-    for t in range(ids.shape[0]):
-        row = scores[t, pred].astype(np.float64)  # [K]
-        if greedy:
-            pred = int(np.argmax(row))  # first maximum, as std::max_element
-        else:
-            q = np.exp((row - row.max()) / temperature)
-            q /= q.sum()
-            cand_q[t] = q
-            pred = int(rng.choice(k, p=q))
-        tokens.append(int(ids[t, pred]))
-    return tokens, (None if greedy else ids.astype(np.int32)), cand_q
+    sel = select(lattice, T, top_k, "walk", temperature, uniforms=rng.random(T, dtype=np.float32))
+    return sel.ids.tolist(), sel.cand_ids, sel.q
 
 
 class DFlashDrafter:

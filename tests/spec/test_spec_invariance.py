@@ -13,11 +13,12 @@ from conftest import dev_prompts
 from engine import Completion, SamplingParams
 from engine.spec.drafter import Proposal, SeqView
 from engine.spec.params import SpecParams
+from drafters import StatelessDrafter
 
 GREEDY = SamplingParams(temperature=0)
 
 
-class OracleDrafter:
+class OracleDrafter(StatelessDrafter):
     """Proposes the true plain continuation with token `(step % n_draft)` of each path wrong."""
 
     name = "oracle"
@@ -25,15 +26,6 @@ class OracleDrafter:
     def __init__(self):
         self.answers: dict[tuple, list[int]] = {}  # prompt tokens -> plain output tokens
         self.steps = 0
-
-    def attach(self, ctx):
-        pass
-
-    def observe(self, committed):
-        pass
-
-    def forget(self, seq_id):
-        pass
 
     def propose(self, seqs: list[SeqView], n_draft: int, temperature: float) -> list[Proposal]:
         out = []
@@ -121,7 +113,7 @@ def test_llama_build_is_batch_invariant(engine):
     assert engine.spec_exact, "llama-cpp-python was built with GGML_LLAMAFILE on: run scripts/setup.sh"
 
 
-class FailingDrafter:
+class FailingDrafter(StatelessDrafter):
     """Fails in propose() on odd calls and in observe() after a while: requests must not notice."""
 
     name = "failing"
@@ -129,12 +121,6 @@ class FailingDrafter:
     def __init__(self):
         self.calls = 0
         self.observed = 0
-
-    def attach(self, ctx):
-        pass
-
-    def forget(self, seq_id):
-        pass
 
     def observe(self, committed):
         self.observed += 1

@@ -17,6 +17,7 @@ import pytest
 from engine import SamplingParams
 from engine.spec.drafter import Proposal
 from engine.spec.params import SpecParams
+from drafters import StatelessDrafter
 
 PROMPT = "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"
 N = 400
@@ -29,22 +30,13 @@ def critical(dof: int, z: float = 3.09) -> float:
     return dof * (1.0 - a + z * a ** 0.5) ** 3
 
 
-class FixedPathDrafter:
+class FixedPathDrafter(StatelessDrafter):
     """Proposes the same tokens every step (a point-mass proposal)."""
 
     name = "fixed"
 
     def __init__(self, path):
         self.path = path
-
-    def attach(self, ctx):
-        pass
-
-    def observe(self, committed):
-        pass
-
-    def forget(self, seq_id):
-        pass
 
     def propose(self, seqs, n_draft, temperature):
         return [Proposal(self.path[:n_draft]) for _ in seqs]
