@@ -6,7 +6,7 @@ greedy, the same token ids for every mode. Reports per category and mode: tau, t
 target, Python overhead), and whether every output equalled plain (it must). Writes
 JSON to bench/out/spec.json.
 
-    .venv/bin/python bench/spec.py [--draft PATH|auto|random] [--prompts 2] [--max-tokens 96]
+    .venv/bin/python bench/spec.py [--draft PATH|auto|random] [--prompts 2] [--max-tokens 96] [--modes a,b]
 
 Without a trained draft (`--draft random`, the default when none is paired) the DFlash
 rows measure the machinery's costs only: a random draft is almost never accepted.
@@ -55,6 +55,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--block", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--modes", default="", help="comma-separated mode names to run (plain always runs)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "spec.json"))
     a = ap.parse_args()
 
@@ -76,6 +77,9 @@ def main() -> int:
         if len(by_cat[p.get("category", "misc")]) < a.prompts:
             by_cat[p.get("category", "misc")].append(p)
     ms = modes("dflash" in eng.drafters, a.block)
+    if a.modes:
+        keep = {m.strip() for m in a.modes.split(",")} | {"plain"}
+        ms = {k: v for k, v in ms.items() if k in keep}
     rows: dict[tuple[str, str], list[dict]] = defaultdict(list)
     mismatches = []
     try:

@@ -33,7 +33,7 @@ from .spec.drafter import Drafter
 from .spec.lookup import PromptLookupDrafter
 from .spec.loop import Stepper
 from .spec.params import MAX_BLOCK, SpecParams
-from .spec.state import SpecState
+from .spec.state import DrafterRecord, SpecState
 
 log = logging.getLogger("flashdesk.engine")
 
@@ -62,6 +62,7 @@ class Engine:
         self.chat_template = ChatTemplate(model) if model.info.has_chat_template else None
         self._slots = [Slot(i) for i in range(self.ctx.n_seq)]
         self.drafters: dict[str, Drafter] = {}
+        self.records: dict[str, DrafterRecord] = {}  # what each drafter has shown here, across requests
         self.add_drafter(PromptLookupDrafter())
         self.draft_error: str | None = None  # why a configured draft is not in use
         if config.draft:
@@ -114,6 +115,7 @@ class Engine:
         """Make `drafter` available as speculative mode `drafter.name` (before the first request)."""
         drafter.attach(self.ctx)
         self.drafters[drafter.name] = drafter
+        self.records[drafter.name] = DrafterRecord()
 
     def render_chat(self, messages: list[dict]) -> str:
         if self.chat_template is None:
@@ -292,7 +294,7 @@ class Engine:
         info = getattr(drafter, "info", None)  # a DFlash draft cannot draft past its block_size
         block = min(p.block or self.config.spec_block, info.block_size if info else MAX_BLOCK)
         dist = None if s.greedy else TargetDistribution(s, self.model.n_vocab)
-        return SpecState(p, drafter, block, self.n_ctx, curve, selector, dist=dist, seed=s.seed)
+        return SpecState(p, drafter, block, self.n_ctx, curve, selector, self.records[mode], dist=dist, seed=s.seed)
 
     def _cost_curve(self, free_seq: int) -> CostCurve:
         if self._curve is None:  # measured once, on a sequence that is free right now

@@ -3,9 +3,9 @@
 `DFlashDrafter` implements `engine.spec.drafter.Drafter` for several concurrent
 sequences. `attach` turns on layer-input capture on the target context for every tap of
 the draft and creates the draft context (`ctx_other` = target, non-causal, nextn output
-unmasked). `observe` copies the captured features of committed target rows, tap by tap,
-and decodes them into the draft context as an embedding batch at the target positions
-(KV injection). `propose` decodes one block `[anchor, mask, ..., mask]` per sequence,
+unmasked). `observe` copies the captured features of committed target rows, tap by tap;
+the next `propose` decodes them into the draft context as an embedding batch at the
+target positions (KV injection), many rows per call. `propose` decodes one block `[anchor, mask, ..., mask]` per sequence,
 reads the lattice (DESIGN.md §2, §3) and walks it to a path.
 
 Everything that would abort the process inside llama.cpp is checked here first: the
@@ -158,6 +158,28 @@ def walk(lattice: np.ndarray, top_k: int, temperature: float = 0.0, rng: np.rand
     return sel.ids.tolist(), sel.cand_ids, sel.q
 
 
+class _Pending:
+    """Feature rows of one sequence, observed but not yet injected (consecutive positions)."""
+
+    def __init__(self):
+        self.first = -1  # position of the first kept row
+        self.n_rows = 0
+        self.feats: list[np.ndarray] = []  # [R_i, n_taps * n_embd] each
+
+    def add(self, first: int, feats: np.ndarray) -> None:
+        end = self.first + self.n_rows
+        if self.n_rows and first > end:
+            raise DraftStepError(f"observe(): position {end} was never observed (got {first})")
+        if self.n_rows and first < end:  # the target decoded these positions again: the newer rows win
+            keep = first - self.first
+            self.feats = [np.concatenate(self.feats)[:keep]] if keep > 0 else []
+            self.n_rows = max(keep, 0)
+        if not self.n_rows:
+            self.first, self.feats = first, []
+        self.feats.append(feats)
+        self.n_rows += len(feats)
+
+
 class DFlashDrafter:
     """A DFlash 2 draft for one target model, drafting for all its sequences."""
 
@@ -218,7 +240,7 @@ class DFlashDrafter:
         self.n_ctx_seq = int(llama_cpp.llama_n_ctx_seq(ctx))
         self.tokens = Batch(self.n_ubatch)
         self.embd = llama_cpp.llama_batch_init(self.n_ubatch, self.n_enc, 1)
-        self.last_observe: dict = {}
+        self.pending: dict[int, _Pending] = {}  # seq_id -> features observed but not yet injected
 
     def close(self) -> None:
         """Free the draft context and model (before the target context they point into)."""
@@ -241,58 +263,88 @@ class DFlashDrafter:
         return seq_id
 
     def draft_pos_max(self, seq_id: int) -> int:
-        """Last position in the draft KV of `seq_id` (-1: empty)."""
+        """Last position in the draft KV of `seq_id` (-1: empty), after injecting what it kept."""
         self._attached()
-        return int(llama_cpp.llama_memory_seq_pos_max(self.mem, self._seq(seq_id)))
+        self._flush([self._seq(seq_id)], strict=True)
+        return int(llama_cpp.llama_memory_seq_pos_max(self.mem, seq_id))
 
     # -- Drafter ------------------------------------------------------------------------
 
     def observe(self, committed: list[tuple[int, int, int]]) -> None:
-        """Inject the target features of committed rows (seq_id, pos, batch_row) into the draft KV.
+        """Keep the target features of committed rows (seq_id, pos, batch_row) for injection.
 
         The rows must belong to the target's last decode: llama.cpp keeps only that batch's
-        features, and a row of an older batch would read another token's features."""
+        features, so they are copied out now. The draft decode that puts them into the draft
+        KV waits for the next propose() of the sequence (or until a sequence holds
+        `n_ubatch` rows): while the chooser decodes plainly, a draft call per token would cost
+        a few percent of every step, and one injection of many rows costs about as much as
+        one of a single row."""
         tctx = self._attached()
         if not committed:
             return
-        t0 = time.perf_counter()
         by_seq: dict[int, list[tuple[int, int]]] = {}
         for seq_id, pos, row in committed:
             if not 0 <= row < tctx.n_batch or pos < 0:
                 raise DraftStepError(f"observe(): row {row} / position {pos} is outside the target batch")
             by_seq.setdefault(self._seq(seq_id), []).append((int(pos), int(row)))
-        order: list[tuple[int, int, int]] = []  # (seq, pos, row), each sequence's positions consecutive
         for seq_id, items in by_seq.items():
             items.sort()
             if any(b[0] != a[0] + 1 for a, b in zip(items, items[1:])):
                 raise DraftStepError(f"observe(): positions of sequence {seq_id} are not consecutive")
             if llama_cpp.llama_memory_seq_pos_max(tctx.memory, seq_id) < items[-1][0]:
-                # the target never decoded these rows: its feature buffers may not even exist
+                # the target never decoded these rows: reading its feature buffers would abort
                 raise DraftStepError(f"observe(): the target has not decoded position {items[-1][0]} "
                                      f"of sequence {seq_id}")
-            # drop the previous draft block (and anything the target re-decoded), then require continuity
-            llama_cpp.llama_memory_seq_rm(self.mem, seq_id, items[0][0], -1)
-            have = int(llama_cpp.llama_memory_seq_pos_max(self.mem, seq_id))
-            if items[0][0] != have + 1:
-                raise DraftStepError(f"observe(): sequence {seq_id} starts at position {items[0][0]} but the "
-                                     f"draft holds positions up to {have}: a committed row was not observed")
-            order += [(seq_id, p, r) for p, r in items]
-        rows = np.fromiter((r for _, _, r in order), np.int64, len(order))  # [R]
-        feats = np.empty((len(order), self.n_enc), np.float32)  # [R, n_taps * n_embd]
-        for k, lid in enumerate(self.info.target_layers):
-            ptr = ext.llama_get_embeddings_layer_inp(tctx.ptr, lid)
-            layer = np.ctypeslib.as_array(ptr, shape=(tctx.n_batch, self.n_embd))  # [n_batch, n_embd]
-            feats[:, k * self.n_embd:(k + 1) * self.n_embd] = layer[rows]
-        t1 = time.perf_counter()
-        for start in range(0, len(order), self.n_ubatch):  # more rows than n_ubatch in one call aborts
-            self._inject(order[start:start + self.n_ubatch], feats[start:start + self.n_ubatch])
-        t2 = time.perf_counter()
-        self.last_observe = {"rows": len(order), "gather_ms": (t1 - t0) * 1e3, "inject_ms": (t2 - t1) * 1e3}
+        layers = [np.ctypeslib.as_array(ext.llama_get_embeddings_layer_inp(tctx.ptr, lid),
+                                        shape=(tctx.n_batch, self.n_embd))  # [n_batch, n_embd] per tap
+                  for lid in self.info.target_layers]
+        for seq_id, items in by_seq.items():
+            rows = np.fromiter((r for _, r in items), np.int64, len(items))  # [R]
+            feats = np.concatenate([layer[rows] for layer in layers], axis=1)  # [R, n_taps * n_embd]
+            self._pending(seq_id).add(items[0][0], feats)
+            if self.pending[seq_id].n_rows >= self.n_ubatch:
+                self._flush([seq_id], strict=True)
 
-    def _inject(self, chunk: list[tuple[int, int, int]], feats: np.ndarray) -> None:
+    def _pending(self, seq_id: int) -> "_Pending":
+        if seq_id not in self.pending:
+            self.pending[seq_id] = _Pending()
+        return self.pending[seq_id]
+
+    def _flush(self, seq_ids, strict: bool = False) -> set[int]:
+        """Decode the kept features of `seq_ids` into the draft KV (KV injection), several
+        sequences per call, at most n_ubatch rows per call (more aborts llama.cpp).
+
+        A sequence whose kept rows do not continue its draft KV loses them (and cannot
+        draft until it is forgotten); it is returned, or raised about when `strict`."""
+        order: list[tuple[int, int]] = []  # (seq, pos) of every row, each sequence's positions consecutive
+        chunks, broken = [], set()
+        for seq_id in sorted(seq_ids):
+            pend = self.pending.pop(seq_id, None)
+            if pend is None or not pend.n_rows:
+                continue
+            # drop the previous draft block (and anything the target re-decoded), then require continuity
+            llama_cpp.llama_memory_seq_rm(self.mem, seq_id, pend.first, -1)
+            have = int(llama_cpp.llama_memory_seq_pos_max(self.mem, seq_id))
+            if pend.first != have + 1:
+                if strict:
+                    raise DraftStepError(f"sequence {seq_id} resumes at position {pend.first} but the draft "
+                                         f"holds positions up to {have}: a committed row was not observed")
+                broken.add(seq_id)
+                continue
+            order += [(seq_id, pend.first + j) for j in range(pend.n_rows)]
+            chunks += pend.feats
+        if not order:
+            return broken
+        feats = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)  # [R, n_enc]
+        for start in range(0, len(order), self.n_ubatch):
+            self._inject(order[start:start + self.n_ubatch], feats[start:start + self.n_ubatch])
+        return broken
+
+    def _inject(self, chunk: list[tuple[int, int]], feats: np.ndarray) -> None:
         b, n = self.embd, len(chunk)  # feats: [n, n_enc]
+        feats = np.ascontiguousarray(feats, np.float32)
         ctypes.memmove(b.embd, feats.ctypes.data, feats.nbytes)
-        for i, (seq_id, pos, _) in enumerate(chunk):
+        for i, (seq_id, pos) in enumerate(chunk):
             b.pos[i] = pos
             b.n_seq_id[i] = 1
             b.seq_id[i][0] = seq_id
@@ -302,9 +354,11 @@ class DFlashDrafter:
         if rc != 0:
             raise DraftStepError(f"draft KV injection of {n} rows failed with status {rc}")
 
-    def propose(self, seqs: list[SeqView], n_draft: int, temperature: float) -> list[Proposal]:
+    def propose(self, seqs: list[SeqView], n_draft: int, temperature: float,
+                unary: bool = False) -> list[Proposal]:
         """One block of n_draft + 1 slots per sequence, all blocks of equal length; one decode
-        per group of sequences that fits the draft's n_ubatch."""
+        per group of sequences that fits the draft's n_ubatch. With `unary`, stats["unary"]
+        [n_draft, K] holds the draft's logits of each slot's candidates (for top1)."""
         self._attached()
         width = n_draft + 1  # anchor + n_draft masked slots
         if n_draft < 1 or width > self.info.block_size or width > self.n_ubatch:
@@ -312,6 +366,7 @@ class DFlashDrafter:
         if len({s.seq_id for s in seqs}) != len(seqs):
             raise DraftStepError("propose(): a sequence appears twice")
         out: list[Proposal | None] = [None] * len(seqs)
+        broken = self._flush([self._seq(sv.seq_id) for sv in seqs])  # the KV injection they waited for
         ready = []
         for i, sv in enumerate(seqs):
             seq_id = self._seq(sv.seq_id)
@@ -322,7 +377,7 @@ class DFlashDrafter:
                 out[i] = Proposal([], stats={"skipped": "no room for a block before the end of the context"})
                 continue
             llama_cpp.llama_memory_seq_rm(self.mem, seq_id, sv.pos, -1)  # a stale block from a previous call
-            if llama_cpp.llama_memory_seq_pos_max(self.mem, seq_id) != sv.pos - 1:
+            if seq_id in broken or llama_cpp.llama_memory_seq_pos_max(self.mem, seq_id) != sv.pos - 1:
                 out[i] = Proposal([], stats={"skipped": "draft KV does not reach the anchor (rows not observed)"})
                 continue
             ready.append(i)
@@ -330,22 +385,29 @@ class DFlashDrafter:
         per_decode = self.n_ubatch // width
         for g in range(0, len(ready), per_decode):
             group = ready[g:g + per_decode]
-            lattices, draft_ms = self._decode_blocks([seqs[i] for i in group], width)
+            lattices, unaries, draft_ms = self._decode_blocks([seqs[i] for i in group], width, unary)
             for j, i in enumerate(group):
                 t0 = time.perf_counter()
                 tokens, cand_ids, cand_q = walk(lattices[j], self.info.top_k, temperature, self.rng)
                 # draft_ms: the one decode this sequence shared with n_blocks - 1 others
                 stats = {"draft_ms": draft_ms, "select_ms": (time.perf_counter() - t0) * 1e3,
                          "n_blocks": len(group), "top_k": self.info.top_k, "lattice": lattices[j]}
+                if unary:
+                    stats["unary"] = unaries[j]
                 out[i] = Proposal(tokens, cand_ids, cand_q, stats)
         return out  # type: ignore[return-value]
 
-    def _decode_blocks(self, seqs: list[SeqView], width: int) -> tuple[list[np.ndarray], float]:
+    def _decode_blocks(self, seqs: list[SeqView], width: int, unary: bool = False):
+        """Decode the blocks of `seqs` in one call. Returns the lattice rows [width, n_embd]
+        of each block, with unary: the candidates' draft logits [width - 1, K] of each
+        block (else Nones), and the decode's milliseconds."""
         batch = self.tokens
         batch.clear()
         for sv in seqs:
             for j in range(width):
-                batch.add(sv.tokens[-1] if j == 0 else self.info.mask_token_id, sv.pos + j, sv.seq_id, False)
+                # unary: flag every row, the anchor too: the draft's logits buffer holds its first
+                # n_outputs rows in batch order, so flags on the slots alone would shift them by one
+                batch.add(sv.tokens[-1] if j == 0 else self.info.mask_token_id, sv.pos + j, sv.seq_id, unary)
         batch.raw.n_tokens = batch.n
         t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self.ctx, batch.raw)
@@ -357,9 +419,23 @@ class DFlashDrafter:
             raise DraftStepError("the draft produced no lattice (is this a DFlash 2 draft?)")
         rows = np.ctypeslib.as_array(ptr, shape=(batch.n, self.n_embd))  # [n_blocks * B, n_embd]
         # copies: the buffer is overwritten by the next draft decode
-        return [rows[j * width:(j + 1) * width].copy() for j in range(len(seqs))], ms
+        lattices = [rows[j * width:(j + 1) * width].copy() for j in range(len(seqs))]
+        unaries: list[np.ndarray | None] = [None] * len(seqs)
+        if unary:
+            K, n_vocab = self.info.top_k, self.target.n_vocab
+            for j, lat in enumerate(lattices):
+                cand = lat[1:, :K].astype(np.int64)  # [width-1, K] candidate ids stored as floats
+                u = np.empty(cand.shape, np.float32)
+                for t in range(width - 1):
+                    # reduced-vocabulary drafts scatter their logits to the target's ids (-inf elsewhere)
+                    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.ctx, j * width + t + 1),
+                                                   shape=(n_vocab,))
+                    u[t] = logits[cand[t]]
+                unaries[j] = u
+        return lattices, unaries, ms
 
     def forget(self, seq_id: int) -> None:
         """Drop every draft KV cell of the sequence (it ended or was cancelled)."""
         self._attached()
-        llama_cpp.llama_memory_seq_rm(self.mem, self._seq(seq_id), -1, -1)
+        self.pending.pop(self._seq(seq_id), None)
+        llama_cpp.llama_memory_seq_rm(self.mem, seq_id, -1, -1)

@@ -40,8 +40,11 @@ class Drafter(Protocol):
     def attach(self, target_ctx) -> None:
         """Called once before the target's first decode (e.g. to enable layer capture)."""
 
-    def propose(self, seqs: list[SeqView], n_draft: int, temperature: float) -> list[Proposal]:
-        """Paths of at most n_draft tokens for all `seqs`, in one draft pass where possible."""
+    def propose(self, seqs: list[SeqView], n_draft: int, temperature: float,
+                unary: bool = False) -> list[Proposal]:
+        """Paths of at most n_draft tokens for all `seqs`, in one draft pass where possible.
+        `unary`: a drafter with a lattice also returns the draft's logit of every candidate
+        (`stats["unary"]`, [T, K]), which the top1 selector needs; others ignore it."""
 
     def observe(self, committed: list[tuple[int, int, int]]) -> None:
         """Right after a target decode: (seq_id, pos, batch_row) of each decoded token that is

@@ -31,7 +31,7 @@ class PromptLookupDrafter:
     def forget(self, seq_id: int) -> None:
         pass
 
-    def propose(self, seqs: list[SeqView], n_draft: int, temperature: float) -> list[Proposal]:
+    def propose(self, seqs: list[SeqView], n_draft: int, temperature: float, unary: bool = False) -> list[Proposal]:
         return [Proposal(self.lookup(s.tokens, n_draft)) for s in seqs]
 
     def lookup(self, tokens: list[int], n_draft: int) -> list[int]:

@@ -86,7 +86,8 @@ class Stepper:
             t0 = time.perf_counter()
             views = [SeqView(s.seq_id, s.history(), s.n_past) for s in group]
             try:
-                proposals = drafter.propose(views, n_draft, 0.0)
+                proposals = drafter.propose(views, n_draft, 0.0,
+                                            unary=any(s.spec.stats.selector == "top1" for s in group))
             except EngineError as e:  # a drafter failing costs this step's speculation, not the requests
                 log.warning("%s drafter failed, decoding plainly this step: %s", drafter.name, e.message)
                 continue
@@ -108,7 +109,8 @@ class Stepper:
         spec, temp = slot.spec, slot.req.sampling.temperature
         T, K = len(prop.tokens), prop.stats["top_k"]
         if spec.dist is None:
-            sel = select(lattice, T, K, spec.stats.selector)
+            unary = prop.stats.get("unary")
+            sel = select(lattice, T, K, spec.stats.selector, unary=None if unary is None else unary[:T])
         else:
             sel = select(lattice, T, K, "walk", temp, uniforms=spec.rng.random(T, dtype=np.float32))
         spec.stats.select_ms += (time.perf_counter() - t0) * 1000.0

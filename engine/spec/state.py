@@ -1,32 +1,75 @@
 """A sequence's speculation state: its drafter, block length policy, running acceptance
-estimates and stats. One per speculating request, owned by its slot.
+estimates and stats. One per speculating request, owned by its slot; what it learned is
+pooled per drafter (`DrafterRecord`) so the next request starts from experience.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ..sampling import TargetDistribution
 from .chooser import CostCurve, choose_path_len
 from .drafter import Drafter
-from .params import SpecParams, SpecStats
+from .params import MAX_BLOCK, SpecParams, SpecStats
+
+PROBE_BUDGET = 0.015  # probing a drafter the chooser benched may cost at most this share of plain time
+MIN_PROBE_EVERY = 8
+MAX_MISSES = 4  # auto mode retires a drafter after this many fruitless probes in a row
+
+
+class DrafterRecord:
+    """What one drafter has shown on this engine, across requests: per-position acceptance
+    and its cost. A new request starts from it instead of a blind prior, so a drafter that
+    keeps missing (a random draft, lookup on chat) costs the first request, not every one.
+
+    Acceptance is kept as counts (a Beta posterior around `prior` worth `strength` trials),
+    capped at `memory` trials per position so that it follows a change of use."""
+
+    def __init__(self, prior: float = 0.6, strength: float = 2.0, memory: float = 200.0):
+        self.prior, self.strength, self.memory = prior, strength, memory
+        self.hits = [0.0] * (MAX_BLOCK - 1)  # [MAX_BLOCK-1] accepted at position i
+        self.trials = [0.0] * (MAX_BLOCK - 1)  # [MAX_BLOCK-1] drafted at position i (earlier ones accepted)
+        self.draft_ms = 0.0  # cost of one draft call for one sequence (0: not measured yet)
+
+    @property
+    def accept_rate(self) -> list[float]:
+        n0 = self.strength
+        return [(h + self.prior * n0) / (n + n0) for h, n in zip(self.hits, self.trials)]
+
+    def merge(self, state: "SpecState") -> None:
+        st = state.stats
+        for i, (a, d) in enumerate(zip(st.accepted_at, st.drafted_at)):
+            # drafted_at[i] counts verifies that drafted i; only those whose i-1 was accepted test i
+            tested = st.accepted_at[i - 1] if i else d
+            self.hits[i] += a
+            self.trials[i] += min(tested, d)
+            if self.trials[i] > self.memory:
+                scale = self.memory / self.trials[i]
+                self.hits[i] *= scale
+                self.trials[i] *= scale
+        if state.draft_ms:
+            self.draft_ms = state.draft_ms if not self.draft_ms else 0.5 * (self.draft_ms + state.draft_ms)
 
 
 class SpecState:
     def __init__(self, params: SpecParams, drafter: Drafter, block: int, n_ctx: int,
-                 curve: CostCurve | None = None, selector: str | None = None, prior: float = 0.6,
-                 probe_every: int = 8, dist: TargetDistribution | None = None, seed: int | None = None):
+                 curve: CostCurve | None = None, selector: str | None = None,
+                 record: DrafterRecord | None = None, dist: TargetDistribution | None = None,
+                 seed: int | None = None):
         self.params = params
         self.drafter = drafter
         self.block = block  # B: anchor + B-1 drafted slots (the most; the chooser may draft fewer)
         self.n_ctx = n_ctx
         self.curve = curve  # None: always draft the whole block (a fixed `block` was asked for)
         self.stats = SpecStats(mode=drafter.name, selector=selector)
+        self.record = record if record is not None else DrafterRecord()
         # Running estimate of P(position i accepted | positions < i accepted), for choosing T.
-        self.accept_rate = [prior] * (block - 1)  # [B-1]
-        self.draft_ms = 0.0  # running estimate of one draft call's cost for this sequence
-        self.probe_every = probe_every  # doubles after every probe that gains nothing
-        self.max_probe_every = 64  # beyond this, auto mode gives up speculating for the request
+        self.accept_rate = list(self.record.accept_rate[:block - 1])  # [B-1]
+        self.draft_ms = self.record.draft_ms  # running estimate of one draft call's cost for this sequence
+        self.probe_every = MIN_PROBE_EVERY  # doubles after every probe that gains nothing
+        self.misses = 0  # fruitless probes in a row
         self._plain_run = 0
         self._probing = False
         self.retired = False  # auto mode found this drafter useless here: plain to the end, no drafter work
@@ -35,6 +78,8 @@ class SpecState:
         self.rng = np.random.default_rng(seed)
 
     def free(self) -> None:
+        """The request ended: pool what it learned, free the sampler."""
+        self.record.merge(self)
         if self.dist is not None:
             self.dist.free()
 
@@ -51,20 +96,28 @@ class SpecState:
         self._probing = False
         if t == 0:
             self._plain_run += 1
-            if self._plain_run >= self.probe_every:  # a cheap probe keeps the estimates honest
-                self._plain_run, self._probing = 0, True
+            if self._plain_run >= max(self.probe_every, self._probe_floor()):
+                self._plain_run, self._probing = 0, True  # a cheap probe keeps the estimates honest
                 return 1  # the cheapest verify there is: one drafted token
         return t
+
+    def _probe_floor(self) -> int:
+        """Plain steps between probes so that probes that miss cost at most PROBE_BUDGET of
+        the time: a probe costs one draft call and one extra verify row more than a plain step."""
+        c1 = self.curve.cost(1)
+        extra = self.curve.cost(2) - c1 + self.draft_ms
+        return max(MIN_PROBE_EVERY, math.ceil(extra / (PROBE_BUDGET * c1)))
 
     def observe_acceptance(self, n_drafted: int, n_accepted: int, decay: float = 0.8) -> None:
         """Positions 0..n_accepted-1 were accepted; position n_accepted (if drafted) was not."""
         if self._probing:  # back off from a drafter that keeps missing; reset when it hits
-            self.probe_every = 8 if n_accepted else self.probe_every * 2
-            if self.probe_every > self.max_probe_every and self.params.mode == "auto":
+            self.misses = 0 if n_accepted else self.misses + 1
+            self.probe_every = MIN_PROBE_EVERY if n_accepted else self.probe_every * 2
+            if self.misses >= MAX_MISSES and self.params.mode == "auto":
                 self.retired = True
         for i in range(min(n_drafted, n_accepted + 1)):
             hit = 1.0 if i < n_accepted else 0.0
             self.accept_rate[i] = decay * self.accept_rate[i] + (1.0 - decay) * hit
 
     def observe_draft_cost(self, ms: float, decay: float = 0.8) -> None:
-        self.draft_ms = ms if self.stats.verifies == 0 else decay * self.draft_ms + (1.0 - decay) * ms
+        self.draft_ms = ms if not self.draft_ms else decay * self.draft_ms + (1.0 - decay) * ms

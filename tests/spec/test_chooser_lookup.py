@@ -45,9 +45,10 @@ class _Slot:
 
 def test_failed_probes_back_off_and_auto_retires():
     from engine.spec.params import SpecParams
-    from engine.spec.state import SpecState
+    from engine.spec.state import DrafterRecord, SpecState
 
-    st = SpecState(SpecParams(mode="auto"), PromptLookupDrafter(), 8, 4096, CPU, prior=0.1)
+    # on the flat GPU curve a probe is cheap, so the back-off, not the cost floor, spaces them
+    st = SpecState(SpecParams(mode="auto"), PromptLookupDrafter(), 8, 4096, GPU, record=DrafterRecord(prior=0.0))
     probes = []
     for step in range(400):
         t = st.path_len(_Slot)
@@ -61,9 +62,9 @@ def test_failed_probes_back_off_and_auto_retires():
 
 def test_a_hit_resets_the_probe_interval():
     from engine.spec.params import SpecParams
-    from engine.spec.state import SpecState
+    from engine.spec.state import DrafterRecord, SpecState
 
-    st = SpecState(SpecParams(mode="lookup"), PromptLookupDrafter(), 8, 4096, CPU, prior=0.1)
+    st = SpecState(SpecParams(mode="lookup"), PromptLookupDrafter(), 8, 4096, GPU, record=DrafterRecord(prior=0.0))
     for _ in range(3):
         while not st.path_len(_Slot):
             pass
@@ -73,3 +74,36 @@ def test_a_hit_resets_the_probe_interval():
         pass
     st.observe_acceptance(1, 1)
     assert st.probe_every == 8
+
+
+def test_probes_of_a_costly_drafter_are_rare():
+    """A probe costs a draft call and an extra verify row: at 14 ms of draft per call the
+    probes must be far enough apart to cost at most 1% of plain time."""
+    from engine.spec.params import SpecParams
+    from engine.spec.state import PROBE_BUDGET, DrafterRecord, SpecState
+
+    rec = DrafterRecord(prior=0.0)
+    rec.draft_ms = 14.0
+    st = SpecState(SpecParams(mode="dflash"), PromptLookupDrafter(), 8, 4096, CPU, record=rec)
+    probes = [step for step in range(2000) if st.path_len(_Slot)]
+    assert probes, "it must still probe now and then"
+    gap = probes[0] + 1
+    extra = CPU.cost(2) - CPU.cost(1) + 14.0
+    assert extra / (gap * CPU.cost(1)) <= PROBE_BUDGET + 1e-9
+
+
+def test_the_next_request_starts_from_what_the_last_one_learned():
+    from engine.spec.params import SpecParams
+    from engine.spec.state import DrafterRecord, SpecState
+
+    rec = DrafterRecord(prior=0.95)  # optimistic prior: the first request speculates at once
+    first = SpecState(SpecParams(mode="auto"), PromptLookupDrafter(), 8, 4096, CPU, record=rec)
+    assert first.path_len(_Slot) > 0
+    for _ in range(300):  # a drafter that never hits (a few verifies, then probes)
+        t = first.path_len(_Slot)
+        if t:
+            first.stats.record(t, 0)
+            first.observe_acceptance(t, 0)
+    first.free()
+    second = SpecState(SpecParams(mode="auto"), PromptLookupDrafter(), 8, 4096, CPU, record=rec)
+    assert second.accept_rate[0] < 0.3 and second.path_len(_Slot) == 0  # plain from the first step

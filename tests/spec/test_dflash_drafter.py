@@ -238,3 +238,28 @@ def test_reduced_vocabulary_candidates_are_kept_ids(tmp_path, target, model_path
         check_lattice(p.stats["lattice"], 8, target.n_vocab)
         assert np.isin(p.stats["lattice"][1:, :K].astype(np.int64), keep).all()
         assert set(p.tokens) <= set(keep.tolist())
+
+
+def test_unary_logits_for_top1(target, draft_path):
+    """With unary=True each slot's candidates come with the draft's own logits of them: they
+    are the top-K of that slot's logits, and the top1 path takes each slot's best one."""
+    from engine.spec.select import select
+
+    a, b = target.tokenize(PROMPTS[0]), target.tokenize(PROMPTS[1])
+    with rig(target, draft_path, n_seq=2) as (ctx, drafter):
+        prefill(ctx, drafter, {0: a, 1: b})
+        props = drafter.propose([view(0, a), view(1, b)], 5, 0.0, unary=True)
+        for j, p in enumerate(props):  # the logits of this decode stay readable until the next one
+            u = p.stats["unary"]
+            assert u.shape == (5, K) and u.dtype == np.float32 and np.isfinite(u).all()
+            for t in range(5):
+                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(drafter.ctx, j * 6 + t + 1),
+                                               shape=(target.n_vocab,))
+                cand = p.stats["lattice"][t + 1, :K].astype(np.int64)
+                assert np.array_equal(u[t], logits[cand])
+                assert u[t].min() >= np.delete(logits, cand).max()  # the K best of the slot
+            top1 = select(p.stats["lattice"], 5, K, "top1", unary=u)
+            want = [int(p.stats["lattice"][t + 1, int(np.argmax(u[t]))]) for t in range(5)]
+            assert top1.ids.tolist() == want
+        plain = drafter.propose([view(0, a)], 5, 0.0)[0]
+        assert "unary" not in plain.stats

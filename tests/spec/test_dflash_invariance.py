@@ -52,7 +52,7 @@ def test_layer_capture_does_not_change_plain_output(draft_engine, prompts, plain
     assert {k: c.tokens for k, c in got.items()} == plain
 
 
-@pytest.mark.parametrize("selector", ["walk", "viterbi", "dp"])
+@pytest.mark.parametrize("selector", ["walk", "viterbi", "dp", "top1"])
 @pytest.mark.parametrize("block", [2, 4, 8])
 def test_dflash_is_lossless_4seq(draft_engine, prompts, plain, selector, block):
     got = run(draft_engine, prompts, SpecParams(mode="dflash", selector=selector, block=block), concurrent=True)

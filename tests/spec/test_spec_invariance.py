@@ -27,7 +27,7 @@ class OracleDrafter(StatelessDrafter):
         self.answers: dict[tuple, list[int]] = {}  # prompt tokens -> plain output tokens
         self.steps = 0
 
-    def propose(self, seqs: list[SeqView], n_draft: int, temperature: float) -> list[Proposal]:
+    def propose(self, seqs: list[SeqView], n_draft: int, temperature: float, unary=False) -> list[Proposal]:
         out = []
         for s in seqs:
             answer = next((a for p, a in self.answers.items() if list(p) == s.tokens[:len(p)]), None)
@@ -129,7 +129,7 @@ class FailingDrafter(StatelessDrafter):
 
             raise DraftStepError("lost track (test)")
 
-    def propose(self, seqs, n_draft, temperature):
+    def propose(self, seqs, n_draft, temperature, unary=False):
         self.calls += 1
         if self.calls % 2:
             from engine.spec.dflash import DraftStepError

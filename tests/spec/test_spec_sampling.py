@@ -38,7 +38,7 @@ class FixedPathDrafter(StatelessDrafter):
     def __init__(self, path):
         self.path = path
 
-    def propose(self, seqs, n_draft, temperature):
+    def propose(self, seqs, n_draft, temperature, unary=False):
         return [Proposal(self.path[:n_draft]) for _ in seqs]
 
 
