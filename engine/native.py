@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import EngineError
 
-API_VERSION = 2
+API_VERSION = 3
 MAX_T = 64  # FD_MAX_T: path positions per block
 MAX_K = 64  # FD_MAX_K: candidates per position
 
@@ -84,8 +84,11 @@ def _load() -> ctypes.CDLL:
     #                            const int32_t *cand_ids, const float *cand_q, int32_t K,
     #                            const float *uniforms, int32_t *n_accepted, int32_t *token);
     lib.fd_accept_sample.argtypes = [_vp, _i32, _vp, _i32, _vp, _vp, _i32, _vp, _vp, _vp]
+    # fd_status fd_gather_features(const float *const *layers, int32_t n_layers, int64_t n_embd,
+    #                              int32_t n_src_rows, const int32_t *rows, int32_t n_rows, float *out);
+    lib.fd_gather_features.argtypes = [_vp, _i32, _i64, _i32, _vp, _i32, _vp]
     for name in ("fd_select_walk", "fd_select_viterbi", "fd_select_dp", "fd_select_top1", "fd_select_sample",
-                 "fd_accept_greedy", "fd_argmax_rows", "fd_accept_sample"):
+                 "fd_accept_greedy", "fd_argmax_rows", "fd_accept_sample", "fd_gather_features"):
         getattr(lib, name).restype = ctypes.c_int  # fd_status, an enum: int on every ABI we build for
     return lib
 
@@ -261,3 +264,16 @@ def lattice_rows(lattice: Lattice, T: int) -> np.ndarray:
         _fail(f"raw lattice of {lattice.n_slots} slots cannot hold T={T}")
     buf = (ctypes.c_float * ((T + 1) * lattice.stride)).from_address(ptr)
     return np.ctypeslib.as_array(buf).reshape(T + 1, lattice.stride)
+
+
+def gather_features(layers, n_embd: int, n_src_rows: int, rows: np.ndarray, out: np.ndarray) -> None:
+    """out[r] = the tapped layers' rows `rows[r]`, side by side (fd_gather_features).
+    layers: a ctypes array of c_void_p, one address per tapped layer ([n_src_rows, n_embd]
+    float32 buffers); rows [R] int32; out [R, len(layers) * n_embd] float32, C-contiguous."""
+    if rows.dtype != np.int32 or not rows.flags.c_contiguous or rows.ndim != 1:
+        _fail("rows must be a contiguous int32 vector")
+    if (out.dtype != np.float32 or not out.flags.c_contiguous
+            or out.shape != (rows.shape[0], len(layers) * n_embd)):
+        _fail(f"out must be C-contiguous float32 [{rows.shape[0]}, {len(layers) * n_embd}], got {out.shape}")
+    _check(lib.fd_gather_features(ctypes.addressof(layers), len(layers), n_embd, n_src_rows, _addr(rows),
+                                  rows.shape[0], _addr(out)), "fd_gather_features")

@@ -34,6 +34,7 @@ from gguf_tools.dflash_draft import read_metadata
 
 from ..context import Batch, Context
 from ..errors import GenerationFailed, ModelLoadError
+from .. import native
 from ..model import Model
 from . import llama_ext as ext
 from .drafter import Proposal, SeqView
@@ -43,6 +44,7 @@ from .select import select
 # as a capturable tensor (`res->t_layer_inp[il]`); others abort on the first decode.
 CAPTURE_ARCHS = frozenset({"llama", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma4", "gpt-oss"})
 MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: more aborts the loader
+MAX_PENDING = 512  # observed rows a sequence keeps before injecting anyway (~6 MB for SmolLM2's 5 taps)
 HINT = "HINT: export the draft for this exact target with `gguf_tools.dflash_draft`, or run without a draft."
 
 
@@ -159,25 +161,33 @@ def walk(lattice: np.ndarray, top_k: int, temperature: float = 0.0, rng: np.rand
 
 
 class _Pending:
-    """Feature rows of one sequence, observed but not yet injected (consecutive positions)."""
+    """Feature rows of one sequence, observed but not yet injected: consecutive positions
+    from `first`, rows [n_rows, n_taps * n_embd] in a buffer that grows by doubling."""
 
-    def __init__(self):
+    def __init__(self, n_enc: int, capacity: int):
         self.first = -1  # position of the first kept row
         self.n_rows = 0
-        self.feats: list[np.ndarray] = []  # [R_i, n_taps * n_embd] each
+        self.buf = np.empty((capacity, n_enc), np.float32)
 
-    def add(self, first: int, feats: np.ndarray) -> None:
+    def take(self, first: int, n: int) -> np.ndarray:
+        """The buffer rows for positions first..first+n-1 (to be written by the caller)."""
         end = self.first + self.n_rows
         if self.n_rows and first > end:
             raise DraftStepError(f"observe(): position {end} was never observed (got {first})")
         if self.n_rows and first < end:  # the target decoded these positions again: the newer rows win
-            keep = first - self.first
-            self.feats = [np.concatenate(self.feats)[:keep]] if keep > 0 else []
-            self.n_rows = max(keep, 0)
+            self.n_rows = max(first - self.first, 0)
         if not self.n_rows:
-            self.first, self.feats = first, []
-        self.feats.append(feats)
-        self.n_rows += len(feats)
+            self.first = first
+        need = self.n_rows + n
+        if need > len(self.buf):
+            grown = np.empty((max(need, 2 * len(self.buf)), self.buf.shape[1]), np.float32)
+            grown[:self.n_rows] = self.buf[:self.n_rows]
+            self.buf = grown
+        self.n_rows = need
+        return self.buf[need - n:need]
+
+    def rows(self) -> np.ndarray:
+        return self.buf[:self.n_rows]
 
 
 class DFlashDrafter:
@@ -241,6 +251,7 @@ class DFlashDrafter:
         self.tokens = Batch(self.n_ubatch)
         self.embd = llama_cpp.llama_batch_init(self.n_ubatch, self.n_enc, 1)
         self.pending: dict[int, _Pending] = {}  # seq_id -> features observed but not yet injected
+        self._layers = (ctypes.c_void_p * len(self.info.target_layers))()  # capture buffers of the last decode
 
     def close(self) -> None:
         """Free the draft context and model (before the target context they point into)."""
@@ -274,11 +285,11 @@ class DFlashDrafter:
         """Keep the target features of committed rows (seq_id, pos, batch_row) for injection.
 
         The rows must belong to the target's last decode: llama.cpp keeps only that batch's
-        features, so they are copied out now. The draft decode that puts them into the draft
-        KV waits for the next propose() of the sequence (or until a sequence holds
-        `n_ubatch` rows): while the chooser decodes plainly, a draft call per token would cost
-        a few percent of every step, and one injection of many rows costs about as much as
-        one of a single row."""
+        features, so they are copied out now (native gather). The draft decode that puts
+        them into the draft KV waits for the sequence's next propose(), or until it holds
+        MAX_PENDING rows: while the chooser decodes plainly, a draft call per token would
+        cost a few percent of every step, and injecting many rows at once costs about as
+        much as injecting one."""
         tctx = self._attached()
         if not committed:
             return
@@ -288,27 +299,24 @@ class DFlashDrafter:
                 raise DraftStepError(f"observe(): row {row} / position {pos} is outside the target batch")
             by_seq.setdefault(self._seq(seq_id), []).append((int(pos), int(row)))
         for seq_id, items in by_seq.items():
-            items.sort()
-            if any(b[0] != a[0] + 1 for a, b in zip(items, items[1:])):
-                raise DraftStepError(f"observe(): positions of sequence {seq_id} are not consecutive")
+            if len(items) > 1:
+                items.sort()
+                if any(b[0] != a[0] + 1 for a, b in zip(items, items[1:])):
+                    raise DraftStepError(f"observe(): positions of sequence {seq_id} are not consecutive")
             if llama_cpp.llama_memory_seq_pos_max(tctx.memory, seq_id) < items[-1][0]:
                 # the target never decoded these rows: reading its feature buffers would abort
                 raise DraftStepError(f"observe(): the target has not decoded position {items[-1][0]} "
                                      f"of sequence {seq_id}")
-        layers = [np.ctypeslib.as_array(ext.llama_get_embeddings_layer_inp(tctx.ptr, lid),
-                                        shape=(tctx.n_batch, self.n_embd))  # [n_batch, n_embd] per tap
-                  for lid in self.info.target_layers]
+        for k, lid in enumerate(self.info.target_layers):
+            self._layers[k] = ext.llama_get_embeddings_layer_inp(tctx.ptr, lid)  # [n_batch, n_embd] each
         for seq_id, items in by_seq.items():
-            rows = np.fromiter((r for _, r in items), np.int64, len(items))  # [R]
-            feats = np.concatenate([layer[rows] for layer in layers], axis=1)  # [R, n_taps * n_embd]
-            self._pending(seq_id).add(items[0][0], feats)
-            if self.pending[seq_id].n_rows >= self.n_ubatch:
+            pend = self.pending.get(seq_id)
+            if pend is None:
+                pend = self.pending[seq_id] = _Pending(self.n_enc, self.n_ubatch)
+            rows = np.fromiter((r for _, r in items), np.int32, len(items))  # [R]
+            native.gather_features(self._layers, self.n_embd, tctx.n_batch, rows, pend.take(items[0][0], len(rows)))
+            if pend.n_rows >= MAX_PENDING:
                 self._flush([seq_id], strict=True)
-
-    def _pending(self, seq_id: int) -> "_Pending":
-        if seq_id not in self.pending:
-            self.pending[seq_id] = _Pending()
-        return self.pending[seq_id]
 
     def _flush(self, seq_ids, strict: bool = False) -> set[int]:
         """Decode the kept features of `seq_ids` into the draft KV (KV injection), several
@@ -319,20 +327,22 @@ class DFlashDrafter:
         order: list[tuple[int, int]] = []  # (seq, pos) of every row, each sequence's positions consecutive
         chunks, broken = [], set()
         for seq_id in sorted(seq_ids):
-            pend = self.pending.pop(seq_id, None)
+            pend = self.pending.get(seq_id)
             if pend is None or not pend.n_rows:
                 continue
+            first, n = pend.first, pend.n_rows
+            pend.n_rows = 0  # the buffer stays for the next rows
             # drop the previous draft block (and anything the target re-decoded), then require continuity
-            llama_cpp.llama_memory_seq_rm(self.mem, seq_id, pend.first, -1)
+            llama_cpp.llama_memory_seq_rm(self.mem, seq_id, first, -1)
             have = int(llama_cpp.llama_memory_seq_pos_max(self.mem, seq_id))
-            if pend.first != have + 1:
+            if first != have + 1:
                 if strict:
-                    raise DraftStepError(f"sequence {seq_id} resumes at position {pend.first} but the draft "
+                    raise DraftStepError(f"sequence {seq_id} resumes at position {first} but the draft "
                                          f"holds positions up to {have}: a committed row was not observed")
                 broken.add(seq_id)
                 continue
-            order += [(seq_id, pend.first + j) for j in range(pend.n_rows)]
-            chunks += pend.feats
+            order += [(seq_id, first + j) for j in range(n)]
+            chunks.append(pend.buf[:n])
         if not order:
             return broken
         feats = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)  # [R, n_enc]
@@ -342,7 +352,6 @@ class DFlashDrafter:
 
     def _inject(self, chunk: list[tuple[int, int]], feats: np.ndarray) -> None:
         b, n = self.embd, len(chunk)  # feats: [n, n_enc]
-        feats = np.ascontiguousarray(feats, np.float32)
         ctypes.memmove(b.embd, feats.ctypes.data, feats.nbytes)
         for i, (seq_id, pos) in enumerate(chunk):
             b.pos[i] = pos
@@ -366,7 +375,10 @@ class DFlashDrafter:
         if len({s.seq_id for s in seqs}) != len(seqs):
             raise DraftStepError("propose(): a sequence appears twice")
         out: list[Proposal | None] = [None] * len(seqs)
+        t0 = time.perf_counter()
+        inject_rows = sum(self.pending[s.seq_id].n_rows for s in seqs if s.seq_id in self.pending)
         broken = self._flush([self._seq(sv.seq_id) for sv in seqs])  # the KV injection they waited for
+        inject_ms = (time.perf_counter() - t0) * 1e3
         ready = []
         for i, sv in enumerate(seqs):
             seq_id = self._seq(sv.seq_id)
@@ -390,7 +402,8 @@ class DFlashDrafter:
                 t0 = time.perf_counter()
                 tokens, cand_ids, cand_q = walk(lattices[j], self.info.top_k, temperature, self.rng)
                 # draft_ms: the one decode this sequence shared with n_blocks - 1 others
-                stats = {"draft_ms": draft_ms, "select_ms": (time.perf_counter() - t0) * 1e3,
+                stats = {"draft_ms": draft_ms, "inject_ms": inject_ms, "inject_rows": inject_rows,
+                         "select_ms": (time.perf_counter() - t0) * 1e3,
                          "n_blocks": len(group), "top_k": self.info.top_k, "lattice": lattices[j]}
                 if unary:
                     stats["unary"] = unaries[j]
@@ -437,5 +450,5 @@ class DFlashDrafter:
     def forget(self, seq_id: int) -> None:
         """Drop every draft KV cell of the sequence (it ended or was cancelled)."""
         self._attached()
-        self.pending.pop(self._seq(seq_id), None)
+        self.pending.pop(self._seq(seq_id), None)  # its buffer goes too: the next request may never draft
         llama_cpp.llama_memory_seq_rm(self.mem, seq_id, -1, -1)

@@ -51,12 +51,13 @@ llama_set_embeddings_layer_inp = _bind(
 
 # float * llama_get_embeddings_layer_inp(struct llama_context * ctx, uint32_t lid);
 # [n_batch x n_embd] floats, rows of the last decode in batch order. ABORTS if layer lid
-# was never enabled or no decode happened since it was.
+# was never enabled or no decode happened since it was. Bound to return the address
+# (an int): it goes straight into native.gather_features after every target decode.
 llama_get_embeddings_layer_inp = _bind(
     "llama_get_embeddings_layer_inp",
     "_Z30llama_get_embeddings_layer_inpP13llama_contextj",
     "?llama_get_embeddings_layer_inp@@YAPEAMPEAUllama_context@@I@Z",
-    [_ctx_p, ctypes.c_uint32], _float_p)
+    [_ctx_p, ctypes.c_uint32], ctypes.c_void_p)
 
 # -- draft side: the nextn output slot (DFlash 2 lattice) -----------------------------
 

@@ -23,6 +23,7 @@ from ..context import Context
 from ..errors import EngineError
 from . import accept
 from .drafter import Drafter, Proposal, SeqView
+from .params import MAX_BLOCK
 from .select import select
 from .verify import add_verify_rows, target_argmax, target_logits
 
@@ -92,9 +93,14 @@ class Stepper:
                 log.warning("%s drafter failed, decoding plainly this step: %s", drafter.name, e.message)
                 continue
             share = (time.perf_counter() - t0) * 1000.0 / len(group)
+            # the chooser wants the cost of one more draft call: without a catch-up injection of
+            # rows kept while it decoded plainly (a prompt, a plain run), which is paid once
+            # either way; injecting what the last verify committed is part of every step
+            st = proposals[0].stats if proposals else {}
+            catch_up = st.get("inject_ms", 0.0) / len(group) if st.get("inject_rows", 0) > MAX_BLOCK * len(group) else 0.0
             for slot, prop in zip(group, proposals):
                 slot.spec.stats.draft_ms += share
-                slot.spec.observe_draft_cost(share)
+                slot.spec.observe_draft_cost(share - catch_up)
                 lattice = prop.stats.get("lattice")
                 if lattice is not None and slot.spec.stats.selector:  # the select stage
                     prop = self._select(slot, prop, lattice)

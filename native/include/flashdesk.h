@@ -1,6 +1,7 @@
 /* flashdesk native library: the host-side math of the speculative step.
  *
- * What it is: path selectors over the DFlash 2 lattice and token acceptance,
+ * What it is: path selectors over the DFlash 2 lattice, token acceptance and the
+ * gather of captured target features for KV injection,
  * callable through a small C API (llama.cpp style: fd_<noun>_<verb>, sized ints,
  * status codes, never aborts on bad input). What it is not: anything that touches
  * llama.cpp or a model; callers pass plain arrays. No allocation, no RNG, no
@@ -138,6 +139,19 @@ FD_API fd_status fd_argmax_rows(const float *logits, int32_t n_rows, int32_t n_v
 FD_API fd_status fd_accept_sample(const float *p, int32_t V, const int32_t *path, int32_t T,
                                   const int32_t *cand_ids, const float *cand_q, int32_t K,
                                   const float *uniforms, int32_t *n_accepted, int32_t *token);
+
+/* ---------------------------------------------------------------------------
+ * Feature staging for KV injection (fd_features.c)
+ * ------------------------------------------------------------------------- */
+
+/* out[r] = [layers[0][rows[r]] | layers[1][rows[r]] | ...], n_layers * n_embd floats per
+ * row: the captured inputs of the draft's tapped target layers for the batch rows the
+ * target committed. layers[l] points at a [n_src_rows x n_embd] float buffer (llama.cpp's
+ * layer-input capture of the last decode). Checks (FD_ERR_ARG, nothing written): NULL
+ * pointers, n_layers >= 1, n_embd >= 1, n_src_rows >= 1, n_rows >= 0, every row id in
+ * [0, n_src_rows). out holds n_rows * n_layers * n_embd floats. */
+FD_API fd_status fd_gather_features(const float *const *layers, int32_t n_layers, int64_t n_embd, int32_t n_src_rows,
+                                    const int32_t *rows, int32_t n_rows, float *out);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,8 @@ their scale, whole scores to ~3e-4 relative (without the f16/Q8_0 emulation: ~1e
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -124,8 +126,9 @@ def test_lattice_matches_numpy_reference(model_path, tmp_path):
         ctx.batch.clear()
         rows = [ctx.batch.add(tok, i, 0, i == len(toks) - 1) for i, tok in enumerate(toks)]
         ctx.decode(ctx.batch)
-        taps = [np.ctypeslib.as_array(ext.llama_get_embeddings_layer_inp(ctx.ptr, lid), shape=(ctx.n_batch, 576))
-                for lid in cfg.target_layers]
+        f32p = ctypes.POINTER(ctypes.c_float)
+        taps = [np.ctypeslib.as_array(ctypes.cast(ext.llama_get_embeddings_layer_inp(ctx.ptr, lid), f32p),
+                                      shape=(ctx.n_batch, 576)) for lid in cfg.target_layers]
         feats = np.concatenate([tap[rows] for tap in taps], axis=1)  # [P, 5 * 576]
         drafter.observe([(0, i, r) for i, r in enumerate(rows)])
         anchor = target.tokenize(" the")[0]
