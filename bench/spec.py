@@ -2,11 +2,11 @@
 
 One engine, one run; for each prompt the modes run back to back (A B C ... A B C ...),
 greedy, the same token ids for every mode. Reports per category and mode: tau, tok/s
-(median of per-prompt rates), ratio to plain, where the time went (draft, select,
+(median of per-prompt rates), ratio to plain (median of per-prompt, per-round ratios), where the time went (draft, select,
 target, Python overhead), and whether every output equalled plain (it must). Writes
 JSON to bench/out/spec.json.
 
-    .venv/bin/python bench/spec.py [--draft PATH|auto|random] [--prompts 2] [--max-tokens 96] [--modes a,b]
+    .venv/bin/python bench/spec.py [--draft PATH|auto|random] [--prompts 2] [--max-tokens 96] [--rounds 1] [--modes a,b]
 
 Without a trained draft (`--draft random`, the default when none is paired) the DFlash
 rows measure the machinery's costs only: a random draft is almost never accepted.
@@ -55,6 +55,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--block", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1, help="repeat every prompt's A B C ... sequence")
     ap.add_argument("--modes", default="", help="comma-separated mode names to run (plain always runs)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "spec.json"))
     a = ap.parse_args()
@@ -85,7 +86,7 @@ def main() -> int:
     try:
         eng.complete("warm up", sampling=GREEDY, max_tokens=4, speculative=SpecParams(mode="auto"))
         for cat, ps in by_cat.items():
-            for p in ps:
+            for p, rnd in [(p, r) for p in ps for r in range(a.rounds)]:
                 ids = eng.tokenize_prompt(eng.render_chat(p["messages"]))
                 n = min(p["max_tokens"], a.max_tokens)
                 ref = None
@@ -98,7 +99,7 @@ def main() -> int:
                         mismatches.append((p["id"], name))
                     s = c.usage.speculation or {}
                     rows[(cat, name)].append({
-                        "tokens": len(c.tokens), "decode_ms": c.usage.decode_ms, "wall_ms": wall,
+                        "prompt": p["id"], "round": rnd, "tokens": len(c.tokens), "decode_ms": c.usage.decode_ms, "wall_ms": wall,
                         "tau": s.get("tau"), "verifies": s.get("verifies", 0),
                         "draft_ms": s.get("draft_ms", 0.0), "select_ms": s.get("select_ms", 0.0),
                         "target_ms": s.get("verify_ms", 0.0) + s.get("plain_ms", 0.0)})
@@ -113,16 +114,21 @@ def main() -> int:
             rs = [r for (c, m), lst in rows.items() if m == name and (cat == "all" or c == cat) for r in lst]
             rate = statistics.median(r["tokens"] / (r["decode_ms"] / 1000.0) for r in rs if r["decode_ms"] > 0)
             plain_rate = rate if name == "plain" else plain_rate
+            # the ratio: median over (prompt, round) of this mode's rate over plain's in the same
+            # round, so the machine's drift between rounds cancels
+            plain_of = {(r["prompt"], r["round"]): r for (c, m), lst in rows.items() if m == "plain" for r in lst}
+            paired = [(r["tokens"] / r["decode_ms"]) / (q["tokens"] / q["decode_ms"])
+                      for r in rs if (q := plain_of[(r["prompt"], r["round"])])["decode_ms"] > 0 and r["decode_ms"] > 0]
             ver = sum(r["verifies"] for r in rs)
             spent = sum(r["decode_ms"] for r in rs) or 1.0
             shares = {k: round(100 * sum(r[k] for r in rs) / spent, 1) for k in ("draft_ms", "select_ms", "target_ms")}
             table.append({
-                "category": cat, "mode": name, "tok_per_s": round(rate, 1), "ratio": round(rate / plain_rate, 3),
+                "category": cat, "mode": name, "tok_per_s": round(rate, 1), "ratio": round(statistics.median(paired), 3),
                 "tau": round(sum((r["tau"] or 0) * r["verifies"] for r in rs) / ver, 2) if ver else None,
                 "share_pct": shares | {"python_other": round(100 - sum(shares.values()), 1)} if ver else None,
             })
     result = {"draft": draft_kind, "block": a.block, "threads": a.threads, "max_tokens": a.max_tokens,
-              "prompts_per_category": a.prompts, "mismatches": mismatches, "table": table,
+              "prompts_per_category": a.prompts, "rounds": a.rounds, "mismatches": mismatches, "table": table,
               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                        text=True).stdout.strip()}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
