@@ -103,6 +103,9 @@ class Context:
         if rc != 0:
             # 1: no KV slot for the batch; 2: aborted; < 0: error. The batch left no trace.
             raise GenerationFailed(f"llama_decode failed with status {rc}")
+        # A GPU backend returns before the work is done; reading logits would wait anyway.
+        # Waiting here keeps the timings honest (verify time is the target's, not Python's).
+        llama_cpp.llama_synchronize(self.ptr)
 
     def logits_ptr(self, row: int) -> ctypes.POINTER(ctypes.c_float):
         """Logits of batch row `row` of the last decode: [n_vocab] floats, owned by llama.cpp."""

@@ -34,6 +34,7 @@ from .spec.lookup import PromptLookupDrafter
 from .spec.loop import Stepper
 from .spec.params import MAX_BLOCK, SpecParams
 from .spec.state import DrafterRecord, SpecState
+from .spec.verify import verify_is_exact
 
 log = logging.getLogger("flashdesk.engine")
 
@@ -51,6 +52,9 @@ class EngineConfig:
     cost_cache: str | None = None  # JSON file for this machine's measured verify-cost curve
     draft: str | None = None  # a DFlash 2 draft GGUF for this model: enables mode "dflash"
     selector: str = "walk"  # default DFlash 2 path selector
+    # Speculate even where verify rows are not bit-identical to single-token decodes (CUDA):
+    # the output then follows the target's batched numerics, not plain decoding bit for bit.
+    spec_inexact: bool = False
 
 
 class Engine:
@@ -70,11 +74,19 @@ class Engine:
         self._stepper = Stepper(self.ctx)
         self._curve: CostCurve | None = None
         self.totals: collections.Counter = collections.Counter()  # (metric, label) -> count
-        # Speculation is only lossless when verify rows compute exactly like single tokens.
-        self.spec_exact = batch_invariant_build()
+        # Speculation is only lossless when verify rows compute exactly like single tokens:
+        # measured once here, before the worker starts (the context is free).
+        if not batch_invariant_build():
+            self.spec_exact, self.spec_exact_why = False, ("this llama.cpp build uses llamafile sgemm. HINT: "
+                                                           "reinstall with scripts/setup.sh.")
+        else:
+            self.spec_exact, self.spec_exact_why = verify_is_exact(self.ctx)
+        self.spec_enabled = self.spec_exact or config.spec_inexact
         if not self.spec_exact:
-            log.warning("this llama.cpp build uses llamafile sgemm, so speculative decoding would not be "
-                        "lossless; it is off. HINT: reinstall with scripts/setup.sh.")
+            log.warning("speculative decoding would not be bit-identical to plain decoding here: %s %s",
+                        self.spec_exact_why, "It runs anyway (allowed by spec_inexact)." if self.spec_enabled
+                        else "It is off. HINT: --allow-inexact-speculation turns it on (output then follows "
+                             "the target's batched numerics, not plain decoding bit for bit).")
         self._queue: queue.Queue[GenerationRequest | None] = queue.Queue()
         self._waiting: list[GenerationRequest] = []  # taken off the queue, no free slot yet
         self._stopping = threading.Event()
@@ -283,7 +295,7 @@ class Engine:
         if mode == "auto":  # the best drafter this engine has
             mode = "dflash" if "dflash" in self.drafters else "lookup"
         s = req.sampling
-        if mode == "off" or mode not in self.drafters or not self.spec_exact:
+        if mode == "off" or mode not in self.drafters or not self.spec_enabled:
             return None
         if s.presence_penalty or s.frequency_penalty:
             return None  # penalties depend on every accepted token: those requests decode plainly

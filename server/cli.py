@@ -32,7 +32,8 @@ def cmd_serve(a) -> int:
     settings = _settings(model=a.model, host=a.host, port=a.port, ctx=a.ctx, parallel=a.parallel,
                          threads=a.threads, api_key=a.api_key, home=a.home, verbose=a.verbose or None,
                          allowed_hosts=a.allowed_host or None, allowed_origins=a.allowed_origin or None,
-                         draft=a.draft, speculative=a.speculative, selector=a.selector, spec_block=a.block)
+                         draft=a.draft, speculative=a.speculative, selector=a.selector, spec_block=a.block,
+                         allow_inexact_speculation=a.allow_inexact_speculation or None)
     ModelStore(settings.home).resolve(settings.model)  # fail now, with a hint, not after start-up
     app = create_app(settings)
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
@@ -110,6 +111,8 @@ def parser() -> argparse.ArgumentParser:
                    help="default speculation (auto: only where it is measured to be faster)")
     s.add_argument("--selector", choices=["walk", "viterbi", "dp", "top1"], help="DFlash 2 path selector")
     s.add_argument("--block", type=int, help="largest speculative block B (2-16, default 8)")
+    s.add_argument("--allow-inexact-speculation", action="store_true",
+                   help="speculate on a GPU whose batched logits differ from single-token ones (not bit-exact)")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("pull", help="download a known model into the store")

@@ -26,7 +26,8 @@ def load_engine(settings: Settings) -> tuple[InstalledModel, Engine]:
     cost_cache = str(entry.folder / f"verify-cost-{settings.threads}t.json") if entry.folder else None
     cfg = EngineConfig(n_ctx=settings.ctx, n_parallel=settings.parallel, n_threads=settings.threads,
                        verbose=settings.verbose, spec_mode=settings.speculative, spec_block=settings.spec_block,
-                       selector=settings.selector, draft=draft, cost_cache=cost_cache)
+                       selector=settings.selector, draft=draft, cost_cache=cost_cache,
+                       spec_inexact=settings.allow_inexact_speculation)
     return entry, Engine.load(entry.path, cfg)
 
 

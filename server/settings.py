@@ -49,6 +49,9 @@ class Settings(BaseSettings):
         "auto", description="default speculation for requests that do not ask (auto: only where it is faster)")
     selector: Literal["walk", "viterbi", "dp", "top1"] = Field("walk", description="DFlash 2 path selector")
     spec_block: int = Field(8, ge=2, le=16, description="largest block B (anchor + drafted tokens)")
+    allow_inexact_speculation: bool = Field(
+        False, description="speculate on backends whose batched logits differ from single-token ones (CUDA); "
+                           "output is then not bit-identical to plain decoding")
 
     @model_validator(mode="after")
     def _safe_bind(self):

@@ -362,6 +362,7 @@ class DFlashDrafter:
         rc = llama_cpp.llama_decode(self.ctx, b)
         if rc != 0:
             raise DraftStepError(f"draft KV injection of {n} rows failed with status {rc}")
+        llama_cpp.llama_synchronize(self.ctx)  # (a GPU backend) the injection's time is the draft's
 
     def propose(self, seqs: list[SeqView], n_draft: int, temperature: float,
                 unary: bool = False) -> list[Proposal]:
