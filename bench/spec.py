@@ -2,11 +2,12 @@
 
 One engine, one run; for each prompt the modes run back to back (A B C ... A B C ...),
 greedy, the same token ids for every mode. Reports per category and mode: tau, tok/s
-(median of per-prompt rates), ratio to plain (median of per-prompt, per-round ratios), where the time went (draft, select,
-target, Python overhead), and whether every output equalled plain (it must). Writes
-JSON to bench/out/spec.json.
+(median of per-prompt rates), ratio to plain (median of per-prompt, per-round ratios),
+where the time went (draft, select, target, Python overhead), and whether every output
+equalled plain (it must). Writes JSON to bench/out/spec.json.
 
-    .venv/bin/python bench/spec.py [--draft PATH|auto|random] [--prompts 2] [--max-tokens 96] [--rounds 1] [--modes a,b]
+    .venv/bin/python bench/spec.py [--draft PATH|auto|random] [--prompts 2] [--max-tokens 96]
+                                   [--rounds 1] [--modes a,b]
 
 Without a trained draft (`--draft random`, the default when none is paired) the DFlash
 rows measure the machinery's costs only: a random draft is almost never accepted.
@@ -99,7 +100,8 @@ def main() -> int:
                         mismatches.append((p["id"], name))
                     s = c.usage.speculation or {}
                     rows[(cat, name)].append({
-                        "prompt": p["id"], "round": rnd, "tokens": len(c.tokens), "decode_ms": c.usage.decode_ms, "wall_ms": wall,
+                        "prompt": p["id"], "round": rnd, "tokens": len(c.tokens),
+                        "decode_ms": c.usage.decode_ms, "wall_ms": wall,
                         "tau": s.get("tau"), "verifies": s.get("verifies", 0),
                         "draft_ms": s.get("draft_ms", 0.0), "select_ms": s.get("select_ms", 0.0),
                         "target_ms": s.get("verify_ms", 0.0) + s.get("plain_ms", 0.0)})

@@ -292,8 +292,8 @@ class Engine:
         """How this request speculates, or None for plain decoding."""
         p = req.speculative
         mode = self.config.spec_mode if p.mode == "auto" else p.mode
-        if mode == "auto":  # the best drafter this engine has
-            mode = "dflash" if "dflash" in self.drafters else "lookup"
+        if mode == "auto":  # the best drafter this engine has: DFlash, unless it has shown it is useless here
+            mode = "dflash" if "dflash" in self.drafters and not self.records["dflash"].useless() else "lookup"
         s = req.sampling
         if mode == "off" or mode not in self.drafters or not self.spec_enabled:
             return None

@@ -5,8 +5,9 @@ sequences. `attach` turns on layer-input capture on the target context for every
 the draft and creates the draft context (`ctx_other` = target, non-causal, nextn output
 unmasked). `observe` copies the captured features of committed target rows, tap by tap;
 the next `propose` decodes them into the draft context as an embedding batch at the
-target positions (KV injection), many rows per call. `propose` decodes one block `[anchor, mask, ..., mask]` per sequence,
-reads the lattice (DESIGN.md §2, §3) and walks it to a path.
+target positions (KV injection), many rows per call, then decodes one block
+`[anchor, mask, ..., mask]` per sequence, reads the lattice (DESIGN.md §2, §3) and walks
+it to a path.
 
 Everything that would abort the process inside llama.cpp is checked here first: the
 draft GGUF is validated before it is loaded (`inspect_draft`), and every call checks

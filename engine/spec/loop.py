@@ -97,7 +97,8 @@ class Stepper:
             # rows kept while it decoded plainly (a prompt, a plain run), which is paid once
             # either way; injecting what the last verify committed is part of every step
             st = proposals[0].stats if proposals else {}
-            catch_up = st.get("inject_ms", 0.0) / len(group) if st.get("inject_rows", 0) > MAX_BLOCK * len(group) else 0.0
+            caught_up = st.get("inject_rows", 0) > MAX_BLOCK * len(group)
+            catch_up = st.get("inject_ms", 0.0) / len(group) if caught_up else 0.0
             for slot, prop in zip(group, proposals):
                 slot.spec.stats.draft_ms += share
                 slot.spec.observe_draft_cost(share - catch_up)

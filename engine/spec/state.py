@@ -38,6 +38,11 @@ class DrafterRecord:
         n0 = self.strength
         return [(h + self.prior * n0) / (n + n0) for h, n in zip(self.hits, self.trials)]
 
+    def useless(self, min_trials: float = 16.0, floor: float = 0.1) -> bool:
+        """Shown, over enough tries, to almost never get a first token accepted: auto mode
+        then prefers another drafter (a mismatched or random draft; lookup still copies)."""
+        return self.trials[0] >= min_trials and self.accept_rate[0] < floor
+
     def merge(self, state: "SpecState") -> None:
         st = state.stats
         for i, (a, d) in enumerate(zip(st.accepted_at, st.drafted_at)):

@@ -107,3 +107,23 @@ def test_the_next_request_starts_from_what_the_last_one_learned():
     first.free()
     second = SpecState(SpecParams(mode="auto"), PromptLookupDrafter(), 8, 4096, CPU, record=rec)
     assert second.accept_rate[0] < 0.3 and second.path_len(_Slot) == 0  # plain from the first step
+
+
+def test_a_drafter_that_never_hits_is_marked_useless():
+    from engine.spec.params import SpecParams
+    from engine.spec.state import DrafterRecord, SpecState
+
+    rec = DrafterRecord()
+    assert not rec.useless()  # untried: give it a chance
+    for _ in range(6):  # requests whose probes and blocks all miss
+        st = SpecState(SpecParams(mode="dflash"), PromptLookupDrafter(), 8, 4096, GPU, record=rec)
+        for _ in range(4):
+            st.stats.record(3, 0)
+        st.free()
+    assert rec.useless()
+    good = DrafterRecord()
+    st = SpecState(SpecParams(mode="dflash"), PromptLookupDrafter(), 8, 4096, GPU, record=good)
+    for _ in range(30):
+        st.stats.record(3, 1)
+    st.free()
+    assert not good.useless()
