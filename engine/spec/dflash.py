@@ -187,9 +187,6 @@ class _Pending:
         self.n_rows = need
         return self.buf[need - n:need]
 
-    def rows(self) -> np.ndarray:
-        return self.buf[:self.n_rows]
-
 
 class DFlashDrafter:
     """A DFlash 2 draft for one target model, drafting for all its sequences."""
