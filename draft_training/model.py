@@ -1,0 +1,182 @@
+"""The DFlash 2 draft in PyTorch: what llama.cpp's `dflash` graph computes, trainable.
+
+What it is: `DFlashDraft`, whose parameters carry the GGUF tensor names and NumPy shapes
+of `gguf_tools.dflash_draft.tensor_shapes` (so export is a copy), and whose forward
+follows the pinned llama.cpp `src/models/dflash.cpp` op by op:
+- KV injection: g = rms(fc(features)) * enc.output_norm; per layer K = rope(k_norm(W_k g)),
+  V = W_v g (no attn_norm on the injected rows);
+- block [anchor, mask, ...]: x = target token_embd; per layer an attention and an MLP
+  sub-block, each wrapped in the dual-tap dynamic convolution (side 0 on its input, side 1
+  on its output, coefficients = conv_proj(normed input) + conv_base, causal along the
+  block, zero left padding); queries see every injected position before the anchor and
+  their whole block (non-causal);
+- head: rms(x) * output_norm @ the target's frozen output matrix (or the kept rows of a
+  reduced vocabulary, `d2t`), then the selector: top-K candidates per slot, and
+  score[a][b] = unary(b) + <selector_predecessor[a] * selector_hidden(h), selector_successor[b]>.
+RoPE is NEOX style (pairs i, i + d/2), as llama.cpp applies it for this architecture.
+
+Features are scaled per channel by a fixed `feat_scale` before `fc` (SmolLM2's deep taps
+carry massive activations): export folds it into `fc.weight`, so llama.cpp sees plain fc.
+What it is not: the loss (`loss.py`) or the data pipeline. Tests: tests/draft_training/
+test_parity.py compares this module with llama.cpp through the engine.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from gguf_tools.dflash_draft import DraftConfig, tensor_shapes
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope_neox(x: torch.Tensor, pos: torch.Tensor, base: float) -> torch.Tensor:
+    """x [..., T, H, D] rotated at positions pos [..., T] (pairs i, i + D/2)."""
+    d = x.shape[-1]
+    inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)  # [D/2]
+    ang = (pos.to(torch.float64)[..., None] * inv).to(x.dtype)[..., None, :]  # [..., T, 1, D/2]
+    cos, sin = ang.cos(), ang.sin()
+    a, b = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+
+def dyn_conv(x: torch.Tensor, dyn: torch.Tensor, base: torch.Tensor, side: int, kernel: int, group: int) -> torch.Tensor:
+    """Dual-tap dynamic convolution along the block. x [..., B, E]; dyn [..., B, 2*kernel*G]
+    laid out [side, tap, group]; base [2, kernel, E]. out[t] = sum_j w[t, j] * x[t - j]."""
+    *lead, n, e = x.shape
+    coeff = dyn.reshape(*lead, n, 2, kernel, e // group)[..., side, :, :]  # [..., B, kernel, G]
+    w = coeff.repeat_interleave(group, dim=-1) + base[side]  # [..., B, kernel, E]
+    out = w[..., 0, :] * x
+    for tap in range(1, min(kernel, n)):
+        shifted = F.pad(x[..., : n - tap, :], (0, 0, tap, 0))  # [..., B, E], zeros before the block
+        out = out + w[..., tap, :] * shifted
+    return out
+
+
+class DFlashDraft(nn.Module):
+    """Parameters: `self.p[gguf_name]` with NumPy shapes of `tensor_shapes(cfg)`; the target's
+    token embedding `emb` [V, E] and output matrix `head` [V or n_keep, E] are frozen buffers."""
+
+    def __init__(self, cfg: DraftConfig, emb: np.ndarray, head: np.ndarray, feat_scale: np.ndarray | None = None,
+                 keep_ids: np.ndarray | None = None):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        shapes = tensor_shapes(cfg)
+        self.p = nn.ParameterDict({k.replace(".", "__"): nn.Parameter(torch.zeros(s)) for k, s in shapes.items()})
+        self.register_buffer("emb", torch.as_tensor(np.asarray(emb, np.float32)), persistent=False)  # [V, E]
+        self.keep_ids = None if keep_ids is None else np.asarray(keep_ids, np.int64)
+        rows = head if self.keep_ids is None else np.asarray(head)[self.keep_ids]
+        self.register_buffer("head", torch.as_tensor(np.asarray(rows, np.float32)), persistent=False)  # [V', E]
+        n_enc = len(cfg.target_layers) * cfg.n_embd
+        scale = np.ones(n_enc, np.float32) if feat_scale is None else np.asarray(feat_scale, np.float32)
+        self.register_buffer("feat_scale", torch.as_tensor(scale))  # [n_enc]
+        # [V'] position of each kept id in the full vocabulary (reduced-vocabulary drafts)
+        self.register_buffer("d2t", torch.as_tensor(self.keep_ids if self.keep_ids is not None
+                                                    else np.arange(cfg.n_vocab, dtype=np.int64)), persistent=False)
+
+    def w(self, name: str) -> torch.Tensor:
+        return self.p[name.replace(".", "__")]
+
+    def load_numpy(self, tensors: dict[str, np.ndarray]) -> None:
+        """Set every parameter from GGUF-named arrays (d2t / output.weight are not parameters)."""
+        with torch.no_grad():
+            for k, v in tensors.items():
+                if k in ("d2t", "output.weight"):
+                    continue
+                self.w(k).copy_(torch.as_tensor(np.asarray(v, np.float32)))
+
+    def export_numpy(self) -> dict[str, np.ndarray]:
+        """GGUF-named float32 arrays for `write_dflash_draft`, feat_scale folded into fc."""
+        out = {k.replace("__", "."): v.detach().float().cpu().numpy().copy() for k, v in self.p.items()}
+        out["fc.weight"] = out["fc.weight"] * self.feat_scale.cpu().numpy()[None, :]
+        if self.keep_ids is not None:
+            out["d2t"] = self.keep_ids.copy()
+            out["output.weight"] = self.head.cpu().numpy().copy()
+        return out
+
+    # -- forward ------------------------------------------------------------------------
+
+    def inject(self, feats: torch.Tensor) -> torch.Tensor:
+        """Features [S, L, n_enc] -> g [S, L, E], what the draft's KV rows are computed from."""
+        c = self.cfg
+        return rms_norm((feats * self.feat_scale) @ self.w("fc.weight").T, self.w("enc.output_norm.weight"), c.rms_eps)
+
+    def hidden(self, g: torch.Tensor, ctx_pos: torch.Tensor, ctx_ok: torch.Tensor,
+               tokens: torch.Tensor, anchor_pos: torch.Tensor) -> torch.Tensor:
+        """Final hidden states of the blocks (after output_norm).
+
+        g [S, L, E] injected rows at positions ctx_pos [S, L] (ctx_ok [S, L]: a real row);
+        tokens [S, N, B] the blocks ([anchor, mask, ...]), anchor_pos [S, N]: the block's
+        slot j sits at anchor_pos + j and sees injected rows with position < anchor_pos.
+        Returns [S, N, B, E].
+        """
+        c = self.cfg
+        S, N, B = tokens.shape
+        L, hd, kvh = g.shape[1], c.head_dim, c.n_head_kv
+        pos = anchor_pos[..., None] + torch.arange(B, device=g.device)  # [S, N, B]
+        # mask [S, N*B, L + N*B]: injected rows before the anchor, and the query's own block
+        see_ctx = ctx_ok[:, None, None, :] & (ctx_pos[:, None, None, :] < anchor_pos[:, :, None, None])  # [S,N,1,L]
+        see_ctx = see_ctx.expand(S, N, B, L).reshape(S, N * B, L)
+        blk = torch.arange(N, device=g.device).repeat_interleave(B)  # [N*B]
+        see_blk = (blk[:, None] == blk[None, :]).expand(S, N * B, N * B)
+        mask = torch.cat([see_ctx, see_blk], dim=-1)[:, None]  # [S, 1, N*B, L + N*B]
+        x = self.emb[tokens]  # [S, N, B, E]
+        for i in range(c.n_layer):
+            L_ = lambda n: self.w(f"blk.{i}.{n}")  # noqa: E731
+            k_ctx = rope_neox(rms_norm((g @ L_("attn_k.weight").T).reshape(S, L, kvh, hd), L_("attn_k_norm.weight"),
+                                       c.rms_eps), ctx_pos, c.rope_freq_base)  # [S, L, Hkv, D]
+            v_ctx = (g @ L_("attn_v.weight").T).reshape(S, L, kvh, hd)
+            h = rms_norm(x, L_("attn_norm.weight"), c.rms_eps)
+            dyn = h @ L_("attn_conv_proj.weight").T  # [S, N, B, 2*kernel*G]
+            h = dyn_conv(h, dyn, L_("attn_conv_base"), 0, c.conv_kernel_size, c.conv_group_size)
+            q = rope_neox(rms_norm((h @ L_("attn_q.weight").T).reshape(S, N, B, c.n_head, hd),
+                                   L_("attn_q_norm.weight"), c.rms_eps), pos, c.rope_freq_base)
+            k = rope_neox(rms_norm((h @ L_("attn_k.weight").T).reshape(S, N, B, kvh, hd),
+                                   L_("attn_k_norm.weight"), c.rms_eps), pos, c.rope_freq_base)
+            v = (h @ L_("attn_v.weight").T).reshape(S, N, B, kvh, hd)
+            kk = torch.cat([k_ctx, k.reshape(S, N * B, kvh, hd)], dim=1).transpose(1, 2)  # [S, Hkv, L+NB, D]
+            vv = torch.cat([v_ctx, v.reshape(S, N * B, kvh, hd)], dim=1).transpose(1, 2)
+            rep = c.n_head // kvh  # query head h reads kv head h // rep
+            kk, vv = kk.repeat_interleave(rep, dim=1), vv.repeat_interleave(rep, dim=1)
+            qq = q.reshape(S, N * B, c.n_head, hd).transpose(1, 2)  # [S, H, NB, D]
+            a = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, scale=1.0 / math.sqrt(hd))
+            a = a.transpose(1, 2).reshape(S, N, B, c.n_head * hd) @ L_("attn_output.weight").T
+            a = dyn_conv(a, dyn, L_("attn_conv_base"), 1, c.conv_kernel_size, c.conv_group_size)
+            f_in = x + a
+            h = rms_norm(f_in, L_("ffn_norm.weight"), c.rms_eps)
+            dyn = h @ L_("ffn_conv_proj.weight").T
+            h = dyn_conv(h, dyn, L_("ffn_conv_base"), 0, c.conv_kernel_size, c.conv_group_size)
+            h = (F.silu(h @ L_("ffn_gate.weight").T) * (h @ L_("ffn_up.weight").T)) @ L_("ffn_down.weight").T
+            x = f_in + dyn_conv(h, dyn, L_("ffn_conv_base"), 1, c.conv_kernel_size, c.conv_group_size)
+        return rms_norm(x, self.w("output_norm.weight"), c.rms_eps)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """[..., E] -> [..., V'] over the draft vocabulary (full, or the kept ids in d2t order)."""
+        return h @ self.head.T
+
+    def transition(self, h: torch.Tensor, pred: torch.Tensor, succ: torch.Tensor) -> torch.Tensor:
+        """Selector scores without the unary term: h [..., E], pred [..., P] and succ [..., K]
+        target ids -> [..., P, K] = <selector_predecessor[a] * selector_hidden(h), selector_successor[b]>."""
+        gate = h @ self.w("selector_hidden.weight").T  # [..., R]
+        cond = self.w("selector_predecessor.weight")[pred] * gate[..., None, :]  # [..., P, R]
+        return cond @ self.w("selector_successor.weight")[succ].transpose(-1, -2)  # [..., P, K]
+
+    def lattice(self, h: torch.Tensor, anchor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What llama.cpp packs into the lattice, for blocks h [..., B, E] with anchor ids [...]:
+        candidate target ids [..., B-1, K] (slots 1..B-1, top-K order) and scores
+        [..., B-1, K(a), K(b)] (slot 1: every row reads the anchor)."""
+        K = self.cfg.selector_top_k
+        lg = self.logits(h[..., 1:, :])  # [..., B-1, V']
+        unary, top = lg.topk(K, dim=-1)  # [..., B-1, K]
+        cand = self.d2t[top]  # [..., B-1, K] target ids
+        pred = torch.cat([anchor[..., None, None].expand(*cand.shape[:-2], 1, K), cand[..., :-1, :]], dim=-2)
+        scores = self.transition(h[..., 1:, :], pred, cand) + unary[..., None, :]  # [..., B-1, K, K]
+        return cand, scores
