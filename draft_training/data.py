@@ -323,6 +323,10 @@ class Shards:
         a, b = int(idx["offsets"][seq]), int(idx["offsets"][seq + 1])
         return idx["tokens"][a:b], self._feats[shard][a:b], int(idx["n_prompt"][seq])
 
-    def n_tokens(self, split: str) -> int:
-        return sum(len(self._index[s]["tokens"][self._index[s]["offsets"][q]:self._index[s]["offsets"][q + 1]])
-                   for s, q in self.seqs[split])
+    def length(self, shard: int, seq: int) -> tuple[int, int]:
+        """(n_tokens, n_prompt) of one sequence."""
+        idx = self._index[shard]
+        return int(idx["offsets"][seq + 1] - idx["offsets"][seq]), int(idx["n_prompt"][seq])
+
+    def n_tokens(self, split: str, answer_only: bool = False) -> int:
+        return sum(n - (p if answer_only else 0) for n, p in (self.length(s, q) for s, q in self.seqs[split]))

@@ -3,119 +3,314 @@
 What it is: a seeded generator of chat prompts for self-distillation (the target answers
 them, and those answers are the draft's training data), covering the product's uses in
 English and Traditional Chinese — work orders, customer messages, quotes, general chat,
-arithmetic, short code — plus the user's own prompt and document files, which make a
-draft that fits their shop. What it is not: the answers (the target writes them, in
-draft_training/data.py) or any model code.
+arithmetic, short code, JSON extraction — plus the user's own prompt and document files,
+which make a draft that fits their shop. The built-in prompts vary the phrasing, the shop's
+trade (print, garment, metal, sign, packaging, wood), the slot values, the message shapes
+(emails with greeting and signature, terse notes, chat messages with typos, mixed English
+and Chinese), and sometimes add a system prompt or a canned earlier turn. The word lists
+and templates live in `prompt_words.json` next to this file. What it is not: the answers
+(the target writes them, in draft_training/data.py) or any model code; the evaluation
+prompts (shared/eval) are never used here.
 
-Every prompt is `{"id", "category", "lang", "messages"}` with OpenAI-style messages.
-The same seed gives the same prompts on every machine.
+Every prompt is `{"id", "category", "lang", "messages"}` with OpenAI-style messages; the
+last message is the user's. The same seed gives the same prompts on every machine (one
+`random.Random(seed)`, lists in file order).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
-CATEGORIES = ("work_order", "customer_message", "quote", "chat", "arithmetic", "code")
+CATEGORIES = ("work_order", "customer_message", "quote", "chat", "arithmetic", "code", "json_extraction")
+MIX = (4, 3, 2, 3, 3, 2, 3)  # prompts of each category in every 20, interleaved
 MAX_FILE_BYTES = 8 << 20  # a user file larger than this is read only this far
 DOC_CHUNK_CHARS = 1200  # documents are cut into pieces of about this many characters
+SYSTEM_SHARE = 0.2  # prompts that start with a system message (a fifth of those in the other language)
+FOLLOWUP_SHARE = 0.06  # prompts that are a second user turn after a canned assistant turn
+TAIL_SHARE = 0.25  # prompts with one more instruction at the end ("Keep it short.")
+TYPO_SHARE = 0.15  # English customer texts (`*_text` slots) with a typo or two
 
-# Slot values, one list per language; templates below pick from them.
-WORDS = {
-    "en": {
-        "customer": ["Chen Printing", "Lin Metalworks", "Harbor Cafe", "Wang & Sons", "Sunrise Clinic",
-                     "Blue Mountain School", "Kaohsiung Tools", "Maple Bakery"],
-        "product": ["business cards", "A4 flyers", "vinyl banners", "stainless brackets", "aluminium panels",
-                    "paper bags", "stickers", "acrylic signs", "M6 bolts", "laser-cut gaskets"],
-        "spec": ["350 gsm matte", "full colour both sides", "2 mm thick", "brushed finish", "with logo",
-                 "die-cut round", "UV coated", "powder-coated black"],
-        "when": ["by Friday", "next Tuesday", "before the 15th", "within two weeks", "tomorrow morning",
-                 "end of the month"],
-        "issue": ["the colours were too dark", "three boxes arrived damaged", "the size is wrong",
-                  "the invoice amount does not match", "the delivery was two days late", "some holes are misaligned"],
-        "topic": ["how to keep a small workshop organised", "tips for writing a polite reminder email",
-                  "what to check before sending a file to print", "how to plan a week of production",
-                  "ways to reduce paper waste", "how to explain a price increase to a customer"],
-        "task": ["reverses a string", "sums a list of prices", "checks whether a date is a weekday",
-                 "counts words in a text", "converts millimetres to inches", "finds the largest order"],
-        "lang_code": ["Python", "JavaScript", "SQL"],
-    },
-    "zh": {
-        "customer": ["陳記印刷", "林氏金屬", "港灣咖啡", "王家五金", "晨光診所", "青山國小", "高雄工具行", "楓葉烘焙"],
-        "product": ["名片", "A4 傳單", "帆布布條", "不鏽鋼支架", "鋁板", "紙袋", "貼紙", "壓克力招牌", "M6 螺絲", "雷射切割墊片"],
-        "spec": ["350磅霧面", "雙面彩色", "厚度2公釐", "髮絲紋處理", "印上標誌", "圓形模切", "上亮光", "黑色烤漆"],
-        "when": ["週五前", "下週二", "15號以前", "兩週內", "明天早上", "月底前"],
-        "issue": ["顏色印得太深", "有三箱送到時破損", "尺寸不對", "發票金額不符", "晚了兩天才送到", "有些孔位沒對齊"],
-        "topic": ["小工廠怎麼整理環境", "怎麼寫一封客氣的催款信", "送印前要檢查哪些地方", "如何安排一週的生產",
-                  "怎麼減少紙張浪費", "怎麼跟客戶說明漲價"],
-        "task": ["反轉字串", "加總價格清單", "判斷日期是不是平日", "計算文字的字數", "把公釐換成英寸", "找出最大的訂單"],
-        "lang_code": ["Python", "JavaScript", "SQL"],
-    },
-}
-
-TEMPLATES = {
-    "work_order": {
-        "en": ["Turn this order into a work order with customer, items, quantities and due date: "
-               "{customer} needs {n} {product}, {spec}, {when}.",
-               "New order from {customer}: {n} {product} ({spec}) and {m} {product2}. Deliver {when}. "
-               "List the production steps.",
-               "Write a short job ticket for the workshop: {n} pcs {product}, {spec}, customer {customer}, due {when}."],
-        "zh": ["請把這張訂單整理成工單，包含客戶、品項、數量和交期：{customer}要{n}份{product}，{spec}，{when}交貨。",
-               "{customer}的新訂單：{product}{n}個（{spec}），另外{product2}{m}個，{when}送達。請列出生產步驟。",
-               "幫現場寫一張簡短的工作單：{product}{n}件，{spec}，客戶{customer}，{when}完成。"],
-    },
-    "customer_message": {
-        "en": ["A customer ({customer}) wrote: \"{issue}.\" Write a polite reply that apologises and offers a fix.",
-               "Summarise this message in one sentence and say what the customer wants: "
-               "\"Hello, this is {customer}. About our order of {n} {product}: {issue}. Please call us.\"",
-               "Reply to {customer}, who asks whether {n} {product} can be ready {when}."],
-        "zh": ["客戶（{customer}）來信說：「{issue}。」請寫一封有禮貌的回信，道歉並提出解決辦法。",
-               "用一句話摘要這則訊息，並說明客戶要什麼：「您好，我是{customer}，我們訂的{product}{n}個，{issue}，請回電。」",
-               "回覆{customer}：他們想知道{product}{n}個能不能在{when}做好。"],
-    },
-    "quote": {
-        "en": ["Prepare a price quote for {customer}: {n} {product} at {price} each and {m} {product2} at "
-               "{price2} each, 5% tax. Show the total.",
-               "Write a short quote email for {n} {product}, {spec}, unit price {price}, valid for 30 days."],
-        "zh": ["幫{customer}做報價：{product}{n}個，每個{price}元；{product2}{m}個，每個{price2}元，另加5%稅，請算出總價。",
-               "寫一封簡短的報價信：{product}{n}個，{spec}，單價{price}元，報價30天內有效。"],
-    },
-    "chat": {
-        "en": ["Give me three practical tips on {topic}.", "Explain briefly: {topic}.",
-               "I run a small shop. What should I know about {topic}?"],
-        "zh": ["請給我三個關於{topic}的實用建議。", "簡單說明：{topic}。", "我開一間小店，關於{topic}我應該知道什麼？"],
-    },
-    "arithmetic": {
-        "en": ["What is {a} + {b}?", "A box holds {k} {product}. How many boxes for {n} of them?",
-               "{n} {product} cost {price} each. What is the total?", "What is {a} times {k}?"],
-        "zh": ["{a} 加 {b} 等於多少？", "一箱可以裝{k}個{product}，{n}個需要幾箱？", "{product}每個{price}元，{n}個總共多少錢？",
-               "{a} 乘以 {k} 是多少？"],
-    },
-    "code": {
-        "en": ["Write a short {lang_code} function that {task}.", "Show a {lang_code} example that {task}, with a comment."],
-        "zh": ["用{lang_code}寫一個簡短的函式，功能是{task}。", "給一個{lang_code}範例，功能是{task}，加上註解。"],
-    },
-}
+_DATA = json.loads((Path(__file__).parent / "prompt_words.json").read_text("utf-8"))
+WORDS, TRADES, TEMPLATES = _DATA["words"], _DATA["trades"], _DATA["templates"]
 
 
 def builtin_prompts(n: int, seed: int = 0, zh_share: float = 0.35) -> list[dict]:
-    """`n` prompts, categories in turn, a `zh_share` of them in Traditional Chinese."""
-    rng = random.Random(seed)
-    out = []
+    """`n` prompts, categories interleaved at the shares of MIX, a `zh_share` of them in
+    Traditional Chinese."""
+    rng, cycle, out = random.Random(seed), _cycle(), []
     for i in range(n):
-        cat = CATEGORIES[i % len(CATEGORIES)]
+        cat = cycle[i % len(cycle)]
         lang = "zh" if rng.random() < zh_share else "en"
-        words = WORDS[lang]
-        pick = {k: rng.choice(v) for k, v in words.items()}
-        pick["product2"] = rng.choice([p for p in words["product"] if p != pick["product"]])
-        pick |= {"n": rng.choice([20, 50, 100, 250, 500, 1000, 1200]), "m": rng.randint(2, 60),
-                 "k": rng.choice([6, 12, 24, 25, 50]), "a": rng.randint(2, 999), "b": rng.randint(2, 999),
-                 "price": rng.choice([3, 12, 45, 80, 150, 1200]), "price2": rng.choice([5, 20, 60, 300])}
-        text = rng.choice(TEMPLATES[cat][lang]).format(**pick)
-        out.append({"id": f"gen-{seed}-{i}", "category": cat, "lang": lang,
-                    "messages": [{"role": "user", "content": text}]})
+        s = _Slots(rng, lang)
+        turns = _DATA["followups"].get(cat, {}).get(lang)
+        if turns and rng.random() < FOLLOWUP_SHARE:
+            msgs = [{"role": r, "content": s.fill(t)} for r, t in zip(("user", "assistant", "user"), rng.choice(turns))]
+        else:
+            text = s.fill(rng.choice(TEMPLATES[cat][lang]))
+            if rng.random() < TAIL_SHARE:
+                tail = s.fill(rng.choice(_DATA["tails"].get(cat, _DATA["tails"]["text"])[lang]))
+                text += ("\n\n" if "\n" in text else " " if lang == "en" else "") + tail
+            msgs = [{"role": "user", "content": text}]
+        if rng.random() < SYSTEM_SHARE:
+            sys_lang = lang if rng.random() < 0.8 else {"en": "zh", "zh": "en"}[lang]
+            pool = _DATA["system"][cat if cat in _DATA["system"] and rng.random() < 0.5 else "any"][sys_lang]
+            msgs.insert(0, {"role": "system", "content": _Slots(rng, sys_lang, s.trade).fill(rng.choice(pool))})
+        out.append({"id": f"gen-{seed}-{i}", "category": cat, "lang": lang, "messages": msgs})
     return out
+
+
+def _cycle() -> list[str]:
+    """Smooth weighted round-robin: every category in every 20 prompts, spread out."""
+    cur, out = [0] * len(MIX), []
+    for _ in range(sum(MIX)):
+        cur = [c + w for c, w in zip(cur, MIX)]
+        j = cur.index(max(cur))
+        cur[j] -= sum(MIX)
+        out.append(CATEGORIES[j])
+    return out
+
+
+class _Slots(dict):
+    """The slot values of one prompt, drawn the first time a template names them: from a
+    generator in _GEN, a word list (the prompt's trade first; no entry twice in a prompt,
+    so `product2` differs from `product`), or a record list (`faq_q` and `faq_a` come from
+    one entry). A trailing digit names another draw of the same slot."""
+
+    def __init__(self, rng: random.Random, lang: str, trade: str | None = None, picked: dict | None = None):
+        super().__init__()
+        self.rng, self.lang = rng, lang
+        self.trade = trade or rng.choice(list(TRADES[lang]))
+        self.words, self.tw = WORDS[lang], TRADES[lang][self.trade]
+        self.picked = {} if picked is None else picked  # word list -> entries drawn (shared with children)
+
+    def child(self) -> _Slots:
+        """Fresh slots for one more line of the same prompt (same trade, no repeated product)."""
+        return _Slots(self.rng, self.lang, self.trade, self.picked)
+
+    def fill(self, template: str) -> str:
+        return template.format_map(self)
+
+    def __missing__(self, key: str) -> str:
+        base = key.rstrip("0123456789")
+        if base in _GEN:
+            v = _GEN[base](self)
+        elif base in self.tw or base in self.words:
+            pool, used = self.tw.get(base) or self.words[base], self.picked.setdefault(base, [])
+            raw = self.rng.choice([w for w in pool if w not in used] or pool)
+            used.append(raw)
+            v = self.fill(raw)
+        else:
+            head, _, _ = key.rpartition("_")
+            records = self.words.get(head)
+            if not (records and isinstance(records[0], dict)):
+                raise KeyError(key)
+            for field, t in self.rng.choice(records).items():
+                self[f"{head}_{field}"] = self.fill(t)
+            return self[key]
+        if key.endswith("_text") and self.lang == "en" and self.rng.random() < TYPO_SHARE:
+            v = _typos(self.rng, v)
+        self[key] = v
+        return v
+
+
+def _num(s: _Slots, v: int) -> str:
+    """An integer as people write it: usually with thousands separators."""
+    return f"{v:,}" if v >= 1000 and s.rng.random() < 0.7 else str(v)
+
+
+def _qty(s: _Slots) -> str:
+    """An order quantity; trades that make big pieces (a `max_qty` in their words) order fewer."""
+    r, top = s.rng, s.tw.get("max_qty", [5000])[0]
+    v = r.choice([r.randint(2, 24), r.randint(2, 30) * 10, r.randint(1, 40) * 25, r.randint(1, 12) * 100, r.randint(1, 10) * 500])
+    return _num(s, v if v <= top else r.randint(1, 20) * r.choice([1, 5, 10]))
+
+
+def _cents(s: _Slots, lo: int, hi: int) -> int:
+    """A price in cents between lo and hi US cents, log-uniform (as many under $10 as over $100);
+    in Chinese prompts the same price in whole NT$ (about 30 to the dollar, no cents in practice)."""
+    if s.lang == "zh":
+        lo, hi = lo * 30, hi * 30
+    c = int(math.exp(s.rng.uniform(math.log(lo), math.log(hi))))
+    return max(100, c // 100 * 100) if s.lang == "zh" else c
+
+
+def _cur(s: _Slots, cents: int) -> str:
+    if s.lang == "zh":
+        return f"{cents // 100:,}元"
+    return f"${cents / 100:,.2f}" if cents % 100 else f"${cents // 100:,}"
+
+
+def _money(s: _Slots, lo: int, hi: int) -> str:
+    """A price (or, with a larger range, an amount) as people write it: often round, in NT$ now and then."""
+    r, c = s.rng, _cents(s, lo, hi)
+    if r.random() < 0.5:
+        c = max(100, c // 100 * 100)
+    if s.lang == "zh":
+        return f"NT${c // 100:,}" if r.random() < 0.3 else _cur(s, c)
+    return ("NT$" if c % 100 == 0 and r.random() < 0.2 else "$") + _cur(s, c)[1:]
+
+
+def _date(s: _Slots) -> str:
+    r = s.rng
+    y, mo, d = r.choice([2025, 2026, 2027]), r.randint(1, 12), r.randint(1, 28)
+    if s.lang == "zh":
+        return r.choice([f"{mo}月{d}日", f"{mo}/{d}", f"{y}年{mo}月{d}日", f"{y}-{mo:02d}-{d:02d}"])
+    name = WORDS["en"]["month"][mo - 1]
+    return r.choice([f"{name} {d}", f"{d} {name}", f"{y}-{mo:02d}-{d:02d}", f"{d}/{mo}/{y}", f"{name} {d}, {y}"])
+
+
+def _time(s: _Slots) -> str:
+    r = s.rng
+    h, mm = r.randint(8, 19), r.choice([0, 0, 15, 30, 45])
+    if s.lang == "zh":
+        part = "上午" if h < 12 else "下午"
+        return r.choice([f"{h}:{mm:02d}", f"{part}{(h - 1) % 12 + 1}點" + ("半" if mm == 30 else f"{mm}分" if mm else "")])
+    return r.choice([f"{h}:{mm:02d}", f"{(h - 1) % 12 + 1}:{mm:02d} {'am' if h < 12 else 'pm'}"])
+
+
+def _phone(s: _Slots) -> str:
+    r = s.rng
+    return r.choice([f"09{r.randint(10, 99)}-{r.randint(100, 999)}-{r.randint(100, 999)}",
+                     f"09{r.randint(10, 99)} {r.randint(100, 999)} {r.randint(100, 999)}",
+                     f"0{r.randint(2, 8)}-{r.randint(2000, 9999)}-{r.randint(1000, 9999)}",
+                     f"(0{r.randint(2, 8)}) {r.randint(2000, 9999)}-{r.randint(1000, 9999)}",
+                     f"+886 9{r.randint(10, 99)} {r.randint(100, 999)} {r.randint(100, 999)}"])
+
+
+def _email(s: _Slots) -> str:
+    r = s.rng
+    slug = "".join(ch for ch in s["customer"].lower() if ch.isascii() and ch.isalnum())[:16]
+    slug = slug or f"{r.choice(['shop', 'studio', 'co', 'store'])}{r.randint(10, 999)}"
+    names = s["person"].lower().split() if s.lang == "en" else []
+    local = r.choice([".".join(names), names[0]] if names else []) if names and r.random() < 0.6 else \
+        r.choice(["orders", "office", "info", "service", "purchase", "admin"])
+    return f"{local}@{slug}.{r.choice(['example', 'example.com', 'example.tw'])}"
+
+
+def _eq(s: _Slots) -> str:
+    r = s.rng
+    x, a, c = r.randint(-9, 15), r.randint(2, 12), r.randint(1, 11)
+    a += a == c
+    b = r.randint(-30, 30)
+    d = (a - c) * x + b
+    side = lambda k, m: f"{k}x {'+' if m >= 0 else '-'} {abs(m)}"  # noqa: E731
+    return r.choice([f"{side(a, b)} = {side(c, d)}", f"{a}(x - {abs(b)}) = {a * (x - abs(b))}"])
+
+
+def _expr(s: _Slots) -> str:
+    r = s.rng
+    a, b, c, d = (r.randint(2, 60) for _ in range(4))
+    return r.choice([f"({a} + {b}) × {c} − {d}", f"{a} × {b} + {c} × {d}", f"{a * c} ÷ {c} + {b}", f"{a}² − {b}²",
+                     f"{a} − {b} × ({c} + {d})", f"{a}.{b} × {c}"])
+
+
+def _items(s: _Slots, key: str = "_items", frame: str | None = None) -> list[str]:
+    """One to four item lines of this prompt (drawn once per key), each from fresh slots."""
+    if key not in s:
+        k = s.rng.choice([1, 1, 2, 2, 2, 3, 4])
+        s[key] = [s.child().fill(s.rng.choice(s.words[frame] if frame else s.tw["item"])) for _ in range(k)]
+    return s[key]
+
+
+def _inline(s: _Slots, xs: list[str]) -> str:
+    if s.lang == "zh":
+        return "；".join(xs)
+    sep = "; " if any("," in x for x in xs) else ", "
+    return xs[0] if len(xs) == 1 else sep.join(xs[:-1]) + " and " + xs[-1]
+
+
+def _bullets(s: _Slots, xs: list[str]) -> str:
+    mark = s.rng.choice(["- ", "* ", "• ", "#. "])
+    return "\n".join(mark.replace("#", str(j + 1)) + x for j, x in enumerate(xs))
+
+
+def _invoice(s: _Slots) -> str:
+    """An invoice whose lines, tax and total add up."""
+    r, zh, rows, sub = s.rng, s.lang == "zh", [], 0
+    table = r.random() < 0.5
+    for _ in range(r.randint(1, 4)):
+        c = s.child()
+        qty, unit = r.choice([r.randint(1, 20), r.randint(1, 20) * 10, r.randint(1, 10) * 100]), _cents(s, *s.tw["unit_cents"])
+        sub += qty * unit
+        cells = (c["product"], str(qty), _cur(s, unit), _cur(s, qty * unit))
+        rows.append(" | ".join(cells) if table else f"{cells[1]} x {cells[0]} @ {cells[2]} = {cells[3]}")
+    tax = round(sub * int(s["tax"]) / 100 / (100 if zh else 1)) * (100 if zh else 1)
+    if zh:
+        head = f"發票號碼：{s['invoice_no']}\n日期：{s['date']}\n客戶：{s['customer']}\n" + ("品名 | 數量 | 單價 | 金額\n" if table else "")
+        return head + "\n".join(rows) + f"\n小計：{_cur(s, sub)}\n營業稅 {s['tax']}%：{_cur(s, tax)}\n總計：{_cur(s, sub + tax)}"
+    head = f"INVOICE {s['invoice_no']}\nDate: {s['date']}\nBill to: {s['customer']}\n" + ("Item | Qty | Unit price | Amount\n" if table else "")
+    return (head + "\n".join(rows) + f"\nSubtotal: {_cur(s, sub)}\nTax ({s['tax']}%): {_cur(s, tax)}\n"
+            f"Total due: {_cur(s, sub + tax)}\nPayment within {s['days']} days.")
+
+
+def _table(s: _Slots) -> str:
+    """A small table (pipes, CSV or tabs) with columns from `table_cols` ("name:kind")."""
+    r = s.rng
+    cols = [c.split(":") for c in r.choice(s.words["table_cols"])]
+    cell = {"code": lambda c: f"{r.choice('ABKMST')}{r.choice('ABCLPRT')}-{r.randint(1, 99):02d}", "qty": lambda c: str(r.randint(0, 400)),
+            "price": lambda c: _cur(c, _cents(c, *c.tw["unit_cents"])), "product": lambda c: c["product"], "colour": lambda c: c["colour"],
+            "size": lambda c: c["size"], "customer": lambda c: c["customer"], "date": lambda c: c["date"]}
+    rows = [[name for name, _ in cols]] + [[cell[kind](c) for _, kind in cols] for c in (s.child() for _ in range(r.randint(3, 6)))]
+    sep = r.choice([" | ", ",", "\t"])
+    return "\n".join(sep.join(f'"{x}"' if sep == "," and "," in x else x for x in row) for row in rows)
+
+
+def _tiers(s: _Slots) -> str:
+    """Three quantity tiers with falling unit prices."""
+    r, parts = s.rng, []
+    q, cents = r.choice([50, 100, 200, 250, 500, 1000]), _cents(s, *s.tw["unit_cents"])
+    for f in r.choice([(1, 2, 5), (1, 5, 10), (1, 2, 4), (1, 3, 10)]):
+        parts.append(f"{_num(s, q * f)}{'個每個' if s.lang == 'zh' else ' at '}{_cur(s, cents)}")
+        cents = max(1, round(cents * r.uniform(0.75, 0.92)))
+        cents = max(100, cents // 100 * 100) if s.lang == "zh" else cents
+    return _inline(s, parts)
+
+
+def _sizes_mix(s: _Slots) -> str:
+    r, sizes = s.rng, ["XS", "S", "M", "L", "XL", "2XL"]
+    i = r.randint(0, 3)
+    picked = sizes[i:i + r.randint(2, 4)]
+    return ("、" if s.lang == "zh" else ", ").join(f"{r.randint(1, 20)} {z}" for z in picked)
+
+
+def _typos(rng: random.Random, text: str) -> str:
+    """One or two slips of the keyboard: two letters swapped, one dropped or doubled."""
+    words = text.split(" ")
+    spots = [j for j, w in enumerate(words) if len(w) >= 5 and w.isascii() and w.isalpha()]
+    for j in rng.sample(spots, min(len(spots), rng.randint(1, 2))):
+        w, k = words[j], rng.randrange(1, len(words[j]) - 1)
+        words[j] = rng.choice([w[:k] + w[k + 1] + w[k] + w[k + 2:], w[:k] + w[k + 1:], w[:k] + w[k] + w[k:]])
+    return " ".join(words)
+
+
+_GEN = {  # slot -> value; everything not here comes from the word lists
+    "n": _qty, "m": lambda s: str(s.rng.randint(2, 60)), "k": lambda s: str(s.rng.choice([4, 5, 6, 8, 10, 12, 20, 24, 25, 30, 36, 48, 50, 100])),
+    "few_n": lambda s: str(s.rng.randint(2, 5)), "a": lambda s: str(s.rng.randint(2, 40) * s.rng.choice([1, 2, 3, 4, 6, 12])),
+    "b": lambda s: str(s.rng.randint(2, 40) * s.rng.choice([1, 2, 3, 4, 6, 12])),
+    "x": lambda s: _num(s, s.rng.randint(120, 99999)), "prime": lambda s: str(s.rng.randrange(51, 999, 2)),
+    "pct": lambda s: f"{s.rng.choice([2.5, 3, 4, 5, 6, 7.5, 8, 10, 12, 12.5, 15, 18, 20, 25, 30, 33, 35, 40, 45, 60]):g}",
+    "tax": lambda s: str(s.rng.choice([5, 5, 5, 6, 8, 10])), "days": lambda s: str(s.rng.randint(3, 90)),
+    "dec": lambda s: f"{s.rng.uniform(0.2, 4.8):.{s.rng.choice([1, 1, 2])}f}", "hours": lambda s: f"{s.rng.choice([2, 3, 3.5, 4, 5, 6, 7, 7.5, 8, 9, 10, 12]):g}",
+    "len": lambda s: f"{s.rng.choice([20, 25, 30, 45, 50, 60, 75, 100, 45.7, 91.4]):g}", "rate": lambda s: str(s.rng.randint(3, 120) * 5),
+    "w": lambda s: str(s.rng.choice([30, 40, 50, 60, 80, 100, 120, 150])), "stars": lambda s: str(s.rng.randint(1, 5)),
+    "w_cm": lambda s: str(s.rng.randint(4, 60) * 10), "h_cm": lambda s: str(s.rng.randint(4, 30) * 10),
+    "ratio": lambda s: f"{s.rng.randint(1, 5)}:{s.rng.randint(1, 7)}", "year": lambda s: str(s.rng.choice([2025, 2026, 2027])),
+    "founded": lambda s: str(s.rng.randint(1985, 2019)),
+    "nums": lambda s: ", ".join(str(s.rng.randint(5, 400)) for _ in range(s.rng.randint(5, 8))) + f", {s.rng.randint(900, 5000)}" * (s.rng.random() < 0.4),
+    "price": lambda s: f"{_cents(s, 5, 30000) / 100:g}", "money": lambda s: _money(s, *s.tw["unit_cents"]), "total": lambda s: _money(s, 20000, 50000000), "sqm_price": lambda s: _money(s, 300, 4000),
+    "wage": lambda s: _money(s, 700, 4500),
+    "postcode": lambda s: str(s.rng.randint(100, 983)) if s.lang == "zh" or s.rng.random() < 0.5 else str(s.rng.randint(10000, 99999)),
+    "order_ref": lambda s: s.rng.choice(["#", "PO-", "SO-", "A", "WO-", "ORD"]) + str(s.rng.randint(100, 99999)),
+    "invoice_no": lambda s: s.rng.choice([f"INV-{s.rng.randint(2025, 2027)}-{s.rng.randint(1, 9999):04d}",
+                                          f"{s.rng.choice('ABCDEFGHJKLMNPQRSTUVWXYZ')}{s.rng.choice('ABCDEFGHJKLMNPQRSTUVWXYZ')}{s.rng.randint(0, 99999999):08d}"]),
+    "first": lambda s: s["person"].split()[0] if s.lang == "en" else s["person"],
+    "date": _date, "time": _time, "phone": _phone, "email": _email, "eq": _eq, "expr": _expr, "sizes_mix": _sizes_mix,
+    "items": lambda s: _inline(s, _items(s)), "item_lines": lambda s: _bullets(s, _items(s)),
+    "quote_lines": lambda s: _bullets(s, _items(s, "_quote", "quote_line")), "tiers": _tiers, "invoice_text": _invoice, "table_text": _table,
+}
 
 
 def file_prompts(paths: list[str | Path]) -> list[dict]:

@@ -1,4 +1,4 @@
-"""The `flashdesk` command: serve, pull, models, import.
+"""The `flashdesk` command: serve, pull, models, pair, import, train-draft.
 
 Flags feed `Settings` (which also reads FLASHDESK_* variables); messages are for
 people, and every failure says what to do next. Exit status 2 for a usage or input
@@ -136,6 +136,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("path")
     s.add_argument("--name", help="store name (default: from the file name)")
     s.set_defaults(func=cmd_import)
+
+    from draft_training.cli import add_parser as add_train_draft  # argparse only: torch loads when it runs
+
+    add_train_draft(sub)
     return p
 
 

@@ -68,6 +68,7 @@ class SpecStats:
             "accepted": self.accepted, "tau": round(self.tau, 3), "plain_steps": self.plain_steps,
             "acceptance_by_position": [round(a / d, 3) if d else 0.0
                                        for a, d in zip(self.accepted_at, self.drafted_at)],
+            "accepted_at": list(self.accepted_at), "drafted_at": list(self.drafted_at),
             "draft_ms": round(self.draft_ms, 2), "select_ms": round(self.select_ms, 3),
             "verify_ms": round(self.verify_ms, 2), "plain_ms": round(self.plain_ms, 2),
         }

@@ -1,0 +1,167 @@
+"""`flashdesk train-draft`: capture data, train, export and pair a DFlash 2 draft, resumably.
+
+    flashdesk train-draft --target smollm2 [--prompts FILE ...] [--out PATH] [--budget 2h]
+                          [--tokens 1M] [--resume] [--eval-prompts FILE]
+
+Stages, each with a progress bar and each resumable after a kill (`--resume`): (1) the
+target answers the prompt mix (built-in generator + the user's files) and the same decodes
+capture its layer features into shards; (2) training for `--budget` of wall-clock time,
+with checkpoints; (3) export to GGUF, offline tau on held-out sequences, and with
+`--eval-prompts` online tau per path selector through the engine plus an acceptance plot;
+(4) pairing with the target when it is a store model. Bulky intermediates live in
+`--work` (default: the flashdesk home's `train/<target>` folder), never in the output.
+
+What it is not: the training code itself (`train.py`) or the `flashdesk` entry point
+(`server/cli.py` registers this sub-command and imports it only when it runs, so serving
+never needs PyTorch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+HINT_TORCH = "HINT: install the training extra: pip install 'flashdesk[train]' (PyTorch, CPU build)."
+
+
+def parse_budget(text: str) -> float:
+    """'2h', '90m', '1h30m', '45s', '600' (seconds) -> seconds."""
+    t = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", t):
+        return float(t)
+    parts = re.findall(r"(\d+(?:\.\d+)?)([hms])", t)
+    if not parts or "".join(n + u for n, u in parts) != t:
+        raise argparse.ArgumentTypeError(f"budget {text!r}: use e.g. 2h, 90m, 1h30m or 600 (seconds)")
+    return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+
+
+def parse_count(text: str) -> int:
+    """'1M', '500k', '20000' -> int."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmM]?)", text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r}: use e.g. 1M, 500k or 20000")
+    return int(float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6}[m.group(2).lower()])
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("train-draft", help="train a DFlash 2 draft for a model (needs the [train] extra)")
+    s.add_argument("--target", required=True, help="store name or path to the target .gguf")
+    s.add_argument("--prompts", nargs="*", default=[], help="your prompt/document files (.jsonl, .txt, .md)")
+    s.add_argument("--out", help="draft .gguf to write (default: <work>/draft.gguf)")
+    s.add_argument("--work", help="folder for data, checkpoints and reports (default: <home>/train/<target>)")
+    s.add_argument("--budget", type=parse_budget, default=parse_budget("2h"), help="training time (default 2h)")
+    s.add_argument("--tokens", type=parse_count, default=parse_count("1M"),
+                   help="answer tokens to capture (default 1M; about 5.8 GB of features per million)")
+    s.add_argument("--builtin", type=parse_count, default=parse_count("12k"), help="built-in prompts to draw")
+    s.add_argument("--resume", action="store_true", help="continue a killed run from its data and checkpoint")
+    s.add_argument("--eval-prompts", help="prompts .jsonl for online tau through the engine after export")
+    s.add_argument("--n-layer", type=int, default=2)
+    s.add_argument("--vocab", type=parse_count, default=8192, help="reduced draft vocabulary (0 = full)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--no-pair", action="store_true", help="do not pair the draft with a store target")
+    s.set_defaults(func=run)
+
+
+def run(a) -> int:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print(f"error: training needs PyTorch. {HINT_TORCH}", file=sys.stderr)
+        return 2
+    from tqdm import tqdm
+
+    from engine.spec.dflash import CAPTURE_ARCHS
+    from engine.store import ModelStore
+    from gguf_tools.dflash_draft import default_target_layers, read_metadata
+
+    from .data import CaptureConfig, capture
+    from .evaluate import online_eval, plot_acceptance
+    from .prompts import builtin_prompts, file_prompts
+    from .train import TrainConfig, Trainer
+
+    store = ModelStore(a.home)
+    target = store.resolve(a.target)
+    meta = read_metadata(target.path, ("general.architecture", f"{target.architecture}.block_count"))
+    arch = target.architecture
+    if arch not in CAPTURE_ARCHS:
+        print(f"error: {target.name} is a {arch!r} model; this llama.cpp cannot publish its layer inputs, so no "
+              f"DFlash 2 draft can run on it (supported: {', '.join(sorted(CAPTURE_ARCHS))}). HINT: use prompt "
+              "lookup (`--speculative lookup`) for this model.", file=sys.stderr)
+        return 2
+    work = Path(a.work) if a.work else store.home / "train" / target.name
+    if work.exists() and any(work.iterdir()) and not a.resume:
+        print(f"error: {work} already holds a run. HINT: add --resume to continue it, or pass another --work.",
+              file=sys.stderr)
+        return 2
+    work.mkdir(parents=True, exist_ok=True)
+    taps = default_target_layers(int(meta[f"{arch}.block_count"].value))
+    prompts = builtin_prompts(a.builtin, seed=a.seed) + file_prompts(a.prompts)
+
+    print(f"1/3 data: {target.name} answers {len(prompts)} prompts ({a.tokens} answer tokens at most), "
+          f"features of layers {list(taps)} -> {work / 'data'}", flush=True)
+    bar = tqdm(total=a.tokens, unit="tok", unit_scale=True, desc="answers", file=sys.stderr)
+    seen = [0]
+
+    def on_tokens(n: int) -> None:
+        bar.update(n - seen[0])
+        seen[0] = n
+
+    man = capture(target.path, prompts, work / "data", CaptureConfig(target_layers=taps, n_threads=a.threads),
+                  max_answer_tokens=a.tokens, progress=on_tokens)
+    bar.close()
+    print(f"    {man['n_answer_tokens']} answer tokens ({man['n_tokens']} with prompts) in {len(man['shards'])} "
+          f"shards, {man['bytes'] / 1e9:.2f} GB, {man['seconds'] / 60:.0f} min of capture", flush=True)
+
+    print(f"2/3 training for {a.budget / 60:.0f} min (checkpoints in {work / 'train'})", flush=True)
+    cfg = TrainConfig(n_layer=a.n_layer, n_keep=a.vocab or None, seed=a.seed, threads=a.threads)
+    trainer = Trainer(target.path, work / "data", work / "train", cfg, resume=a.resume,
+                      log=lambda msg: tqdm.write(msg, file=sys.stderr))
+    tbar = tqdm(total=round(a.budget), initial=round(trainer.elapsed), unit="s", desc="training", file=sys.stderr)
+
+    def on_step(t: Trainer, m: dict) -> None:
+        tbar.update(round(t.elapsed) - tbar.n)
+        tbar.set_postfix(step=t.step, loss=f"{m['loss']:.3f}", top1=f"{m['top1_acc']:.2f}", refresh=False)
+
+    try:
+        trainer.run(a.budget, progress=on_step)
+    except KeyboardInterrupt:
+        trainer.save()
+        print(f"\nstopped; checkpoint saved. HINT: run the same command with --resume to continue.", file=sys.stderr)
+        return 130
+    tbar.close()
+
+    out = Path(a.out) if a.out else work / "draft.gguf"
+    name = f"flashdesk DFlash2 draft for {target.name}"
+    trainer.export(out, name=name)
+    offline = trainer.history[-1].get("eval", {})
+    report = {"target": target.name, "draft": str(out), "draft_bytes": out.stat().st_size, "created": time.time(),
+              "data": {k: man[k] for k in ("n_tokens", "n_answer_tokens", "bytes", "seconds")},
+              "train": {"steps": trainer.step, "seconds": round(trainer.elapsed), "config": trainer.cfg.__dict__,
+                        "draft_config": replace(trainer.dcfg).to_dict()},
+              "offline": offline}
+    print(f"3/3 exported {out} ({out.stat().st_size / 1e6:.1f} MB); offline tau {offline.get('tau')}", flush=True)
+    curves = {f"offline {s}": v for s, v in offline.get("slot_accept", {}).items()}
+    if a.eval_prompts:
+        evp = [json.loads(line) for line in Path(a.eval_prompts).read_text("utf-8").splitlines() if line.strip()]
+        ebar = tqdm(total=len(evp), desc="online eval", file=sys.stderr)
+        online = online_eval(target.path, out, evp, block=cfg.block, threads=a.threads,
+                             progress=lambda i: ebar.update(i - ebar.n))
+        ebar.close()
+        report["online"] = online
+        curves.update({f"online {s}": v["slot_accept"] for s, v in online["selectors"].items()})
+        print("    online tau " + ", ".join(f"{s} {v['tau']}" for s, v in online["selectors"].items())
+              + ("" if not online["mismatches"] else f"; OUTPUT DIFFERED FROM PLAIN: {online['mismatches']}"))
+    if curves:
+        plot_acceptance(work / "acceptance.png", curves, f"{name}, block {cfg.block}")
+    (work / "report.json").write_text(json.dumps(report, indent=1))
+    print(f"    report: {work / 'report.json'}, plot: {work / 'acceptance.png'}")
+    if target.source.startswith(("catalog:", "import:")) and not a.no_pair:
+        store.pair(target.name, out)
+        print(f"    paired with {target.name}: `flashdesk serve --model {target.name}` uses it.")
+    return 0

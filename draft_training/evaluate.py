@@ -1,0 +1,84 @@
+"""Online evaluation of an exported draft through the engine, and the acceptance plot.
+
+What it is: `online_eval` loads the target with the draft GGUF in the engine and decodes
+prompts greedily with speculation fixed at one block length, once per path selector
+(and plainly once), and reports per selector the tau (tokens per target verify),
+acceptance per block position and whether every output equalled plain decoding (it must:
+lossless). `plot_acceptance` draws acceptance per position for offline and online
+results into a PNG. What it is not: a speed benchmark (bench/spec.py is).
+"""
+
+from __future__ import annotations
+
+import os
+
+from engine import Engine, EngineConfig, SamplingParams
+from engine.spec.params import SpecParams
+
+from .loss import SELECTORS
+
+GREEDY = SamplingParams(temperature=0)
+
+
+def online_eval(target_path: str | os.PathLike, draft_path: str | os.PathLike, prompts: list[dict], *,
+                block: int = 8, max_tokens: int = 128, selectors=SELECTORS, threads: int = 2, progress=None) -> dict:
+    """prompts: {"messages", optional "max_tokens"}. Returns {"selectors": {name: {...}}, "n_prompts",
+    "mismatches": [(prompt index, selector)]}."""
+    eng = Engine.load(str(target_path), EngineConfig(n_ctx=2048, n_parallel=1, n_threads=threads,
+                                                     draft=str(draft_path)))
+    acc = {s: {"verifies": 0, "committed": 0, "accepted_at": [0] * (block - 1), "drafted_at": [0] * (block - 1)}
+           for s in selectors}
+    mismatches = []
+    try:
+        if "dflash" not in eng.drafters:
+            raise ValueError(f"the engine did not attach the draft {draft_path}")
+        for i, p in enumerate(prompts):
+            ids = eng.tokenize_prompt(eng.render_chat(p["messages"]))
+            n = min(int(p.get("max_tokens", max_tokens)), max_tokens)
+            ref = eng.complete(ids, sampling=GREEDY, max_tokens=n, speculative=SpecParams(mode="off")).tokens
+            for s in selectors:
+                c = eng.complete(ids, sampling=GREEDY, max_tokens=n,
+                                 speculative=SpecParams(mode="dflash", selector=s, block=block))
+                if c.tokens != ref:
+                    mismatches.append((i, s))
+                st = c.usage.speculation or {}
+                a = acc[s]
+                a["verifies"] += st.get("verifies", 0)
+                a["committed"] += st.get("accepted", 0) + st.get("verifies", 0)
+                for k, (x, d) in enumerate(zip(st.get("accepted_at", []), st.get("drafted_at", []))):
+                    if k < block - 1:
+                        a["accepted_at"][k] += x
+                        a["drafted_at"][k] += d
+            if progress is not None:
+                progress(i + 1)
+    finally:
+        eng.close()
+    out = {}
+    for s, a in acc.items():
+        # P(position k accepted | positions < k accepted), as the offline slot_accept
+        cond = [round(a["accepted_at"][k] / (a["accepted_at"][k - 1] if k else a["drafted_at"][0]), 3)
+                if (a["accepted_at"][k - 1] if k else a["drafted_at"][0]) else 0.0 for k in range(block - 1)]
+        out[s] = {"tau": round(a["committed"] / a["verifies"], 3) if a["verifies"] else 0.0,
+                  "verifies": a["verifies"], "slot_accept": cond}
+    return {"selectors": out, "n_prompts": len(prompts), "block": block, "mismatches": mismatches}
+
+
+def plot_acceptance(path: str | os.PathLike, curves: dict[str, list[float]], title: str) -> None:
+    """curves: label -> acceptance per block position (conditional on the earlier ones)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    for label, ys in curves.items():
+        ax.plot(range(1, len(ys) + 1), ys, marker="o", label=label)
+    ax.set_xlabel("block position (1 = first token after the anchor)")
+    ax.set_ylabel("P(accepted | earlier accepted)")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

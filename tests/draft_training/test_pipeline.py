@@ -1,0 +1,176 @@
+"""The training pipeline end to end on the real target, in miniature: capture (features equal
+to a lone decode, answers equal to plain greedy decoding, resume, refusals), a few training
+steps with checkpoint/resume, export, and the exported draft running losslessly in the
+engine; then the whole `flashdesk train-draft` command with a seconds-long budget."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from draft_training.batches import sample_batch  # noqa: E402
+from draft_training.cli import parse_budget, parse_count  # noqa: E402
+from draft_training.data import CaptureConfig, CaptureRefused, Shards, capture, looping  # noqa: E402
+from draft_training.evaluate import online_eval  # noqa: E402
+from draft_training.train import TrainConfig, Trainer  # noqa: E402
+from engine import native  # noqa: E402
+from engine.chat import ChatTemplate  # noqa: E402
+from engine.context import Context, ContextConfig  # noqa: E402
+from engine.model import Model  # noqa: E402
+from engine.spec import llama_ext as ext  # noqa: E402
+from engine.spec.dflash import inspect_draft  # noqa: E402
+
+TAPS = (2, 9, 15, 21, 28)
+PROMPTS = [{"id": f"p{i}", "messages": [{"role": "user", "content": c}]} for i, c in enumerate([
+    "Write a work order: 300 flyers, A5, glossy, due Monday.",
+    "請回覆客戶：訂單會延遲兩天。",
+    "What is 15% of 240?",
+    "Give a Python function that sums a list of prices.",
+    "Reply to Lin Metalworks: their brackets ship tomorrow.",
+    "Summarise: the press broke, we fixed it, orders are on time.",
+])]
+TINY = TrainConfig(n_keep=512, n_seqs=2, n_anchors=4, eval_seqs=2, warmup_steps=2, checkpoint_every_s=1e9,
+                   eval_every_s=1e9)
+
+
+@pytest.fixture(scope="module")
+def captured(model_path, tmp_path_factory):
+    out = tmp_path_factory.mktemp("capture")
+    cfg = CaptureConfig(target_layers=TAPS, n_seq=3, max_new=20, shard_tokens=150, val_every=3)
+    man = capture(model_path, PROMPTS, out, cfg)
+    return out, cfg, man
+
+
+def lone_decode(model_path, tokens, n_prompt, n_new):
+    """Plain greedy decoding of one sequence, one token per decode: (answer, features [n, n_enc])."""
+    m = Model(model_path)
+    ctx = Context(m, ContextConfig(n_ctx_seq=256, n_seq=1, n_batch=64, n_threads=2))
+    try:
+        for lid in TAPS:
+            ext.llama_set_embeddings_layer_inp(ctx.ptr, lid, True)
+        f32p = ctypes.POINTER(ctypes.c_float)
+        seq, feats = list(tokens[:n_prompt]), []
+        for pos in range(n_prompt + n_new - 1):
+            ctx.batch.clear()
+            ctx.batch.add(seq[pos], pos, 0, True)
+            ctx.decode(ctx.batch)
+            feats.append(np.concatenate([np.ctypeslib.as_array(
+                ctypes.cast(ext.llama_get_embeddings_layer_inp(ctx.ptr, lid), f32p), shape=(576,)).copy()
+                for lid in TAPS]))
+            if pos >= n_prompt - 1:
+                logits = np.ctypeslib.as_array(ctx.logits_ptr(0), shape=(1, m.n_vocab))
+                seq.append(int(native.argmax_rows(logits)[0]))
+        return seq[n_prompt:], np.stack(feats)
+    finally:
+        ctx.close()
+        m.close()
+
+
+@pytest.mark.timeout(300)
+def test_capture_equals_lone_plain_decoding(model_path, captured):
+    out, cfg, man = captured
+    shards = Shards(out)
+    assert man["n_tokens"] == sum(s["n_tokens"] for s in man["shards"]) > 0
+    assert len(man["shards"]) >= 2 and len(man["done"]) == len(PROMPTS)
+    assert shards.seqs["train"] and shards.seqs["val"]
+    m = Model(model_path)
+    want_prompt = m.tokenize(ChatTemplate(m).render(PROMPTS[0]["messages"]))
+    m.close()
+    for sh, q in (shards.seqs["train"] + shards.seqs["val"]):
+        toks, feats, n_prompt = shards.get(sh, q)
+        if list(toks[:n_prompt]) != want_prompt:
+            continue
+        answer, lone = lone_decode(model_path, list(toks), n_prompt, len(toks) - n_prompt)
+        assert list(toks[n_prompt:]) == answer  # batched with other sequences == alone, greedy
+        assert np.array_equal(np.asarray(feats[:-1]), lone.astype(np.float16))  # the same features, bit for bit
+        assert not np.asarray(feats[-1]).any()  # the last token was never decoded
+        break
+    else:
+        pytest.fail("the first prompt's sequence is missing from the shards")
+
+
+def test_capture_resumes_and_refuses(model_path, captured, tmp_path):
+    out, cfg, man = captured
+    again = capture(model_path, PROMPTS, out, cfg)  # everything answered already: nothing new
+    assert again["shards"] == man["shards"]
+    with pytest.raises(CaptureRefused, match="other settings"):
+        capture(model_path, PROMPTS[:1], out, CaptureConfig(target_layers=(2, 9)))
+    with pytest.raises(CaptureRefused, match="outside"):
+        capture(model_path, PROMPTS[:1], tmp_path / "x", CaptureConfig(target_layers=(2, 30)))
+
+
+def test_looping_detector():
+    assert looping([1, 2, 3] * 30)
+    assert not looping(list(range(100)))
+    assert not looping([5] * 40)  # shorter than the window
+
+
+def test_batches_follow_the_engine(captured):
+    out, cfg, _ = captured
+    shards = Shards(out)
+    b = sample_batch(shards, np.random.default_rng(0), "train", 2, 4, 8, mask_id=16)
+    for i in range(2):
+        for j in range(4):
+            a = int(b.anchor_pos[i, j])
+            assert a < int(b.ctx_ok[i].sum()) + 1  # the context covers every anchor's prefix
+            assert b.tokens[i, j, 1:].eq(16).all()
+    assert (b.labels >= -1).all()
+
+
+@pytest.mark.timeout(300)
+def test_train_resume_export_lossless(model_path, captured, tmp_path):
+    out, _, _ = captured
+    t = Trainer(model_path, out, tmp_path / "train", TINY, log=lambda m: None)
+    for _ in range(3):
+        m = t.train_step()
+    assert np.isfinite(m["loss"]) and set(m) >= {"block_ce", "selector_ce", "top1_acc", "in_top_k"}
+    ev = t.evaluate()
+    assert set(ev["tau"]) == {"top1", "walk", "viterbi", "dp"} and all(v >= 1.0 for v in ev["tau"].values())
+    t.budget_s = 60.0
+    t.save()
+    t2 = Trainer(model_path, out, tmp_path / "train", TINY, resume=True, log=lambda m: None)
+    assert t2.step == 3
+    for k, v in t.model.p.items():
+        assert torch.equal(v, t2.model.p[k])
+    path = tmp_path / "draft.gguf"
+    t2.export(path)
+    target = Model(model_path)
+    info = inspect_draft(str(path), target)
+    target.close()
+    assert info.n_vocab_draft == 512 and info.block_size == TINY.block
+    res = online_eval(model_path, path, PROMPTS[:2], block=TINY.block, max_tokens=16, selectors=("walk", "top1"))
+    assert res["mismatches"] == []  # lossless with a (barely) trained draft
+    assert all(s["verifies"] > 0 for s in res["selectors"].values())
+
+
+@pytest.mark.timeout(600)
+def test_train_draft_command(model_path, tmp_path):
+    from server.cli import main
+
+    evp = tmp_path / "eval.jsonl"
+    evp.write_text("\n".join(json.dumps({**p, "max_tokens": 12}) for p in PROMPTS[:2]))
+    mine = tmp_path / "mine.txt"
+    mine.write_text("Quote 40 mugs with our logo.\nReply to Harbor Cafe about the late menus.\n")
+    work = tmp_path / "work"
+    args = ["--home", str(tmp_path / "home"), "train-draft", "--target", model_path, "--work", str(work),
+            "--budget", "4s", "--tokens", "200", "--builtin", "6", "--prompts", str(mine), "--vocab", "256",
+            "--eval-prompts", str(evp)]
+    assert main(args) == 0
+    report = json.loads((work / "report.json").read_text())
+    assert report["data"]["n_answer_tokens"] >= 200 and report["train"]["steps"] >= 1
+    assert report["online"]["mismatches"] == []
+    assert (work / "draft.gguf").stat().st_size > 0 and (work / "acceptance.png").stat().st_size > 0
+    assert main(args) == 2  # the work folder holds a run: refuse without --resume
+    assert main(args + ["--resume"]) == 0  # resume: nothing to capture, budget spent, export again
+
+
+def test_budget_and_count_parsing():
+    assert parse_budget("2h") == 7200 and parse_budget("1h30m") == 5400 and parse_budget("45") == 45
+    assert parse_count("1M") == 1_000_000 and parse_count("500k") == 500_000
+    with pytest.raises(Exception):
+        parse_budget("soon")
