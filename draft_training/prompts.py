@@ -124,7 +124,8 @@ def _num(s: _Slots, v: int) -> str:
 def _qty(s: _Slots) -> str:
     """An order quantity; trades that make big pieces (a `max_qty` in their words) order fewer."""
     r, top = s.rng, s.tw.get("max_qty", [5000])[0]
-    v = r.choice([r.randint(2, 24), r.randint(2, 30) * 10, r.randint(1, 40) * 25, r.randint(1, 12) * 100, r.randint(1, 10) * 500])
+    v = r.choice([r.randint(2, 24), r.randint(2, 30) * 10, r.randint(1, 40) * 25, r.randint(1, 12) * 100,
+                  r.randint(1, 10) * 500])
     return _num(s, v if v <= top else r.randint(1, 20) * r.choice([1, 5, 10]))
 
 
@@ -144,7 +145,7 @@ def _cur(s: _Slots, cents: int) -> str:
 
 
 def _money(s: _Slots, lo: int, hi: int) -> str:
-    """A price (or, with a larger range, an amount) as people write it: often round, in NT$ now and then."""
+    """A price (or, with a larger range, an amount) as people write it: often round, NT$ now and then."""
     r, c = s.rng, _cents(s, lo, hi)
     if r.random() < 0.5:
         c = max(100, c // 100 * 100)
@@ -165,36 +166,37 @@ def _date(s: _Slots) -> str:
 def _time(s: _Slots) -> str:
     r = s.rng
     h, mm = r.randint(8, 19), r.choice([0, 0, 15, 30, 45])
+    h12 = (h - 1) % 12 + 1
     if s.lang == "zh":
-        part = "上午" if h < 12 else "下午"
-        return r.choice([f"{h}:{mm:02d}", f"{part}{(h - 1) % 12 + 1}點" + ("半" if mm == 30 else f"{mm}分" if mm else "")])
-    return r.choice([f"{h}:{mm:02d}", f"{(h - 1) % 12 + 1}:{mm:02d} {'am' if h < 12 else 'pm'}"])
+        spoken = ("上午" if h < 12 else "下午") + f"{h12}點" + ("半" if mm == 30 else f"{mm}分" if mm else "")
+        return r.choice([f"{h}:{mm:02d}", spoken])
+    return r.choice([f"{h}:{mm:02d}", f"{h12}:{mm:02d} {'am' if h < 12 else 'pm'}"])
 
 
 def _phone(s: _Slots) -> str:
+    """A Taiwanese mobile or landline number, in one of the ways people write them."""
     r = s.rng
-    return r.choice([f"09{r.randint(10, 99)}-{r.randint(100, 999)}-{r.randint(100, 999)}",
-                     f"09{r.randint(10, 99)} {r.randint(100, 999)} {r.randint(100, 999)}",
-                     f"0{r.randint(2, 8)}-{r.randint(2000, 9999)}-{r.randint(1000, 9999)}",
-                     f"(0{r.randint(2, 8)}) {r.randint(2000, 9999)}-{r.randint(1000, 9999)}",
-                     f"+886 9{r.randint(10, 99)} {r.randint(100, 999)} {r.randint(100, 999)}"])
+    a, b, c = r.randint(10, 99), r.randint(100, 999), r.randint(100, 999)
+    area, x, y = r.randint(2, 8), r.randint(2000, 9999), r.randint(1000, 9999)
+    return r.choice([f"09{a}-{b}-{c}", f"09{a} {b} {c}", f"+886 9{a} {b} {c}", f"0{area}-{x}-{y}",
+                     f"(0{area}) {x}-{y}"])
 
 
 def _email(s: _Slots) -> str:
     r = s.rng
-    slug = "".join(ch for ch in s["customer"].lower() if ch.isascii() and ch.isalnum())[:16]
-    slug = slug or f"{r.choice(['shop', 'studio', 'co', 'store'])}{r.randint(10, 999)}"
+    domain = "".join(ch for ch in s["customer"].lower() if ch.isascii() and ch.isalnum())[:16]
+    domain = domain or f"{r.choice(['shop', 'studio', 'co', 'store'])}{r.randint(10, 999)}"
     names = s["person"].lower().split() if s.lang == "en" else []
-    local = r.choice([".".join(names), names[0]] if names else []) if names and r.random() < 0.6 else \
-        r.choice(["orders", "office", "info", "service", "purchase", "admin"])
-    return f"{local}@{slug}.{r.choice(['example', 'example.com', 'example.tw'])}"
+    local = (r.choice([".".join(names), names[0]]) if names and r.random() < 0.6 else
+             r.choice(["orders", "office", "info", "service", "purchase", "admin"]))
+    return f"{local}@{domain}.{r.choice(['example', 'example.com', 'example.tw'])}"
 
 
 def _eq(s: _Slots) -> str:
+    """A linear equation with a whole-number solution."""
     r = s.rng
-    x, a, c = r.randint(-9, 15), r.randint(2, 12), r.randint(1, 11)
+    x, a, c, b = r.randint(-9, 15), r.randint(2, 12), r.randint(1, 11), r.randint(-30, 30)
     a += a == c
-    b = r.randint(-30, 30)
     d = (a - c) * x + b
     side = lambda k, m: f"{k}x {'+' if m >= 0 else '-'} {abs(m)}"  # noqa: E731
     return r.choice([f"{side(a, b)} = {side(c, d)}", f"{a}(x - {abs(b)}) = {a * (x - abs(b))}"])
@@ -203,15 +205,15 @@ def _eq(s: _Slots) -> str:
 def _expr(s: _Slots) -> str:
     r = s.rng
     a, b, c, d = (r.randint(2, 60) for _ in range(4))
-    return r.choice([f"({a} + {b}) × {c} − {d}", f"{a} × {b} + {c} × {d}", f"{a * c} ÷ {c} + {b}", f"{a}² − {b}²",
-                     f"{a} − {b} × ({c} + {d})", f"{a}.{b} × {c}"])
+    return r.choice([f"({a} + {b}) × {c} − {d}", f"{a} × {b} + {c} × {d}", f"{a * c} ÷ {c} + {b}",
+                     f"{a}² − {b}²", f"{a} − {b} × ({c} + {d})", f"{a}.{b} × {c}"])
 
 
 def _items(s: _Slots, key: str = "_items", frame: str | None = None) -> list[str]:
     """One to four item lines of this prompt (drawn once per key), each from fresh slots."""
     if key not in s:
-        k = s.rng.choice([1, 1, 2, 2, 2, 3, 4])
-        s[key] = [s.child().fill(s.rng.choice(s.words[frame] if frame else s.tw["item"])) for _ in range(k)]
+        frames = s.words[frame] if frame else s.tw["item"]
+        s[key] = [s.child().fill(s.rng.choice(frames)) for _ in range(s.rng.choice([1, 1, 2, 2, 2, 3, 4]))]
     return s[key]
 
 
@@ -232,28 +234,33 @@ def _invoice(s: _Slots) -> str:
     r, zh, rows, sub = s.rng, s.lang == "zh", [], 0
     table = r.random() < 0.5
     for _ in range(r.randint(1, 4)):
-        c = s.child()
-        qty, unit = r.choice([r.randint(1, 20), r.randint(1, 20) * 10, r.randint(1, 10) * 100]), _cents(s, *s.tw["unit_cents"])
+        qty = r.choice([r.randint(1, 20), r.randint(1, 20) * 10, r.randint(1, 10) * 100])
+        qty = min(qty, s.tw.get("max_qty", [5000])[0])
+        unit = _cents(s, *s.tw["unit_cents"])
         sub += qty * unit
-        cells = (c["product"], str(qty), _cur(s, unit), _cur(s, qty * unit))
+        cells = (s.child()["product"], str(qty), _cur(s, unit), _cur(s, qty * unit))
         rows.append(" | ".join(cells) if table else f"{cells[1]} x {cells[0]} @ {cells[2]} = {cells[3]}")
-    tax = round(sub * int(s["tax"]) / 100 / (100 if zh else 1)) * (100 if zh else 1)
+    step = 100 if zh else 1  # NT$ invoices round tax to whole dollars
+    tax = round(sub * int(s["tax"]) / 100 / step) * step
     if zh:
-        head = f"發票號碼：{s['invoice_no']}\n日期：{s['date']}\n客戶：{s['customer']}\n" + ("品名 | 數量 | 單價 | 金額\n" if table else "")
-        return head + "\n".join(rows) + f"\n小計：{_cur(s, sub)}\n營業稅 {s['tax']}%：{_cur(s, tax)}\n總計：{_cur(s, sub + tax)}"
-    head = f"INVOICE {s['invoice_no']}\nDate: {s['date']}\nBill to: {s['customer']}\n" + ("Item | Qty | Unit price | Amount\n" if table else "")
-    return (head + "\n".join(rows) + f"\nSubtotal: {_cur(s, sub)}\nTax ({s['tax']}%): {_cur(s, tax)}\n"
-            f"Total due: {_cur(s, sub + tax)}\nPayment within {s['days']} days.")
+        head = f"發票號碼：{s['invoice_no']}\n日期：{s['date']}\n客戶：{s['customer']}\n"
+        foot = f"小計：{_cur(s, sub)}\n營業稅 {s['tax']}%：{_cur(s, tax)}\n總計：{_cur(s, sub + tax)}"
+        return head + ("品名 | 數量 | 單價 | 金額\n" if table else "") + "\n".join(rows) + "\n" + foot
+    head = f"INVOICE {s['invoice_no']}\nDate: {s['date']}\nBill to: {s['customer']}\n"
+    foot = (f"Subtotal: {_cur(s, sub)}\nTax ({s['tax']}%): {_cur(s, tax)}\nTotal due: {_cur(s, sub + tax)}\n"
+            f"Payment within {s['days']} days.")
+    return head + ("Item | Qty | Unit price | Amount\n" if table else "") + "\n".join(rows) + "\n" + foot
 
 
 def _table(s: _Slots) -> str:
     """A small table (pipes, CSV or tabs) with columns from `table_cols` ("name:kind")."""
     r = s.rng
     cols = [c.split(":") for c in r.choice(s.words["table_cols"])]
-    cell = {"code": lambda c: f"{r.choice('ABKMST')}{r.choice('ABCLPRT')}-{r.randint(1, 99):02d}", "qty": lambda c: str(r.randint(0, 400)),
-            "price": lambda c: _cur(c, _cents(c, *c.tw["unit_cents"])), "product": lambda c: c["product"], "colour": lambda c: c["colour"],
-            "size": lambda c: c["size"], "customer": lambda c: c["customer"], "date": lambda c: c["date"]}
-    rows = [[name for name, _ in cols]] + [[cell[kind](c) for _, kind in cols] for c in (s.child() for _ in range(r.randint(3, 6)))]
+    cell = {"code": lambda c: f"{r.choice('ABKMST')}{r.choice('ABCLPRT')}-{r.randint(1, 99):02d}",
+            "qty": lambda c: str(r.randint(0, 400)), "price": lambda c: _cur(c, _cents(c, *c.tw["unit_cents"]))}
+    rows = [[name for name, _ in cols]]
+    for c in (s.child() for _ in range(r.randint(3, 6))):
+        rows.append([cell[kind](c) if kind in cell else c[kind] for _, kind in cols])
     sep = r.choice([" | ", ",", "\t"])
     return "\n".join(sep.join(f'"{x}"' if sep == "," and "," in x else x for x in row) for row in rows)
 
@@ -272,8 +279,20 @@ def _tiers(s: _Slots) -> str:
 def _sizes_mix(s: _Slots) -> str:
     r, sizes = s.rng, ["XS", "S", "M", "L", "XL", "2XL"]
     i = r.randint(0, 3)
-    picked = sizes[i:i + r.randint(2, 4)]
-    return ("、" if s.lang == "zh" else ", ").join(f"{r.randint(1, 20)} {z}" for z in picked)
+    return ("、" if s.lang == "zh" else ", ").join(f"{r.randint(1, 20)} {z}" for z in sizes[i:i + r.randint(2, 4)])
+
+
+def _nums(s: _Slots) -> str:
+    """Order amounts for mean/median questions, sometimes with one outlier."""
+    r = s.rng
+    xs = [r.randint(5, 400) for _ in range(r.randint(5, 8))] + [r.randint(900, 5000)] * (r.random() < 0.4)
+    return ", ".join(map(str, xs))
+
+
+def _invoice_no(s: _Slots) -> str:
+    r, letters = s.rng, "ABCDEFGHJKLMNPQRSTUVWXYZ"
+    return r.choice([f"INV-{r.randint(2025, 2027)}-{r.randint(1, 9999):04d}",  # or a Taiwanese e-invoice number
+                     f"{r.choice(letters)}{r.choice(letters)}{r.randint(0, 99999999):08d}"])
 
 
 def _typos(rng: random.Random, text: str) -> str:
@@ -286,30 +305,37 @@ def _typos(rng: random.Random, text: str) -> str:
     return " ".join(words)
 
 
-_GEN = {  # slot -> value; everything not here comes from the word lists
-    "n": _qty, "m": lambda s: str(s.rng.randint(2, 60)), "k": lambda s: str(s.rng.choice([4, 5, 6, 8, 10, 12, 20, 24, 25, 30, 36, 48, 50, 100])),
-    "few_n": lambda s: str(s.rng.randint(2, 5)), "a": lambda s: str(s.rng.randint(2, 40) * s.rng.choice([1, 2, 3, 4, 6, 12])),
+def _pick(*values):  # a slot that is one of `values`, as text
+    return lambda s: f"{s.rng.choice(values):g}" if isinstance(values[0], float) else str(s.rng.choice(values))
+
+
+def _between(lo: int, hi: int, times: int = 1):  # a slot that is a whole number in [lo, hi], times `times`
+    return lambda s: str(s.rng.randint(lo, hi) * times)
+
+
+_GEN = {  # slot -> value; every other slot comes from the word lists
+    "n": _qty, "m": _between(2, 60), "k": _pick(4, 5, 6, 8, 10, 12, 20, 24, 25, 30, 36, 48, 50, 100),
+    "few_n": _between(2, 5), "a": lambda s: str(s.rng.randint(2, 40) * s.rng.choice([1, 2, 3, 4, 6, 12])),
     "b": lambda s: str(s.rng.randint(2, 40) * s.rng.choice([1, 2, 3, 4, 6, 12])),
     "x": lambda s: _num(s, s.rng.randint(120, 99999)), "prime": lambda s: str(s.rng.randrange(51, 999, 2)),
-    "pct": lambda s: f"{s.rng.choice([2.5, 3, 4, 5, 6, 7.5, 8, 10, 12, 12.5, 15, 18, 20, 25, 30, 33, 35, 40, 45, 60]):g}",
-    "tax": lambda s: str(s.rng.choice([5, 5, 5, 6, 8, 10])), "days": lambda s: str(s.rng.randint(3, 90)),
-    "dec": lambda s: f"{s.rng.uniform(0.2, 4.8):.{s.rng.choice([1, 1, 2])}f}", "hours": lambda s: f"{s.rng.choice([2, 3, 3.5, 4, 5, 6, 7, 7.5, 8, 9, 10, 12]):g}",
-    "len": lambda s: f"{s.rng.choice([20, 25, 30, 45, 50, 60, 75, 100, 45.7, 91.4]):g}", "rate": lambda s: str(s.rng.randint(3, 120) * 5),
-    "w": lambda s: str(s.rng.choice([30, 40, 50, 60, 80, 100, 120, 150])), "stars": lambda s: str(s.rng.randint(1, 5)),
-    "w_cm": lambda s: str(s.rng.randint(4, 60) * 10), "h_cm": lambda s: str(s.rng.randint(4, 30) * 10),
-    "ratio": lambda s: f"{s.rng.randint(1, 5)}:{s.rng.randint(1, 7)}", "year": lambda s: str(s.rng.choice([2025, 2026, 2027])),
-    "founded": lambda s: str(s.rng.randint(1985, 2019)),
-    "nums": lambda s: ", ".join(str(s.rng.randint(5, 400)) for _ in range(s.rng.randint(5, 8))) + f", {s.rng.randint(900, 5000)}" * (s.rng.random() < 0.4),
-    "price": lambda s: f"{_cents(s, 5, 30000) / 100:g}", "money": lambda s: _money(s, *s.tw["unit_cents"]), "total": lambda s: _money(s, 20000, 50000000), "sqm_price": lambda s: _money(s, 300, 4000),
-    "wage": lambda s: _money(s, 700, 4500),
-    "postcode": lambda s: str(s.rng.randint(100, 983)) if s.lang == "zh" or s.rng.random() < 0.5 else str(s.rng.randint(10000, 99999)),
+    "pct": _pick(2.5, 3.0, 4.0, 5.0, 6.0, 7.5, 8.0, 10.0, 12.0, 12.5, 15.0, 18.0, 20.0, 25.0, 30.0, 35.0, 40.0, 60.0),
+    "tax": _pick(5, 5, 5, 6, 8, 10), "days": _between(3, 90), "w": _pick(30, 40, 50, 60, 80, 100, 120, 150),
+    "dec": lambda s: f"{s.rng.uniform(0.2, 4.8):.{s.rng.choice([1, 1, 2])}f}",
+    "hours": _pick(2.0, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 7.5, 8.0, 9.0, 10.0, 12.0),
+    "len": _pick(20.0, 25.0, 30.0, 45.0, 50.0, 60.0, 75.0, 100.0, 45.7, 91.4), "rate": _between(3, 120, 5),
+    "stars": _between(1, 5), "w_cm": _between(4, 60, 10), "h_cm": _between(4, 30, 10),
+    "ratio": lambda s: f"{s.rng.randint(1, 5)}:{s.rng.randint(1, 7)}", "year": _pick(2025, 2026, 2027),
+    "founded": _between(1985, 2019), "nums": _nums, "price": lambda s: f"{_cents(s, 5, 30000) / 100:g}",
+    "money": lambda s: _money(s, *s.tw["unit_cents"]), "total": lambda s: _money(s, 20000, 50000000),
+    "sqm_price": lambda s: _money(s, 300, 4000), "wage": lambda s: _money(s, 700, 4500),
+    "postcode": lambda s: str(s.rng.randint(100, 983) if s.lang == "zh" or s.rng.random() < 0.5 else
+                              s.rng.randint(10000, 99999)),
     "order_ref": lambda s: s.rng.choice(["#", "PO-", "SO-", "A", "WO-", "ORD"]) + str(s.rng.randint(100, 99999)),
-    "invoice_no": lambda s: s.rng.choice([f"INV-{s.rng.randint(2025, 2027)}-{s.rng.randint(1, 9999):04d}",
-                                          f"{s.rng.choice('ABCDEFGHJKLMNPQRSTUVWXYZ')}{s.rng.choice('ABCDEFGHJKLMNPQRSTUVWXYZ')}{s.rng.randint(0, 99999999):08d}"]),
-    "first": lambda s: s["person"].split()[0] if s.lang == "en" else s["person"],
+    "invoice_no": _invoice_no, "first": lambda s: s["person"].split()[0] if s.lang == "en" else s["person"],
     "date": _date, "time": _time, "phone": _phone, "email": _email, "eq": _eq, "expr": _expr, "sizes_mix": _sizes_mix,
     "items": lambda s: _inline(s, _items(s)), "item_lines": lambda s: _bullets(s, _items(s)),
-    "quote_lines": lambda s: _bullets(s, _items(s, "_quote", "quote_line")), "tiers": _tiers, "invoice_text": _invoice, "table_text": _table,
+    "quote_lines": lambda s: _bullets(s, _items(s, "_quote", "quote_line")), "tiers": _tiers,
+    "invoice_text": _invoice, "table_text": _table,
 }
 
 
