@@ -80,6 +80,7 @@ def run(a) -> int:
     from engine.store import ModelStore
     from gguf_tools.dflash_draft import default_target_layers, read_metadata
 
+    from .card import model_card
     from .data import CaptureConfig, capture
     from .evaluate import online_eval, plot_acceptance
     from .prompts import builtin_prompts, file_prompts
@@ -160,7 +161,8 @@ def run(a) -> int:
     if curves:
         plot_acceptance(work / "acceptance.png", curves, f"{name}, block {cfg.block}")
     (work / "report.json").write_text(json.dumps(report, indent=1))
-    print(f"    report: {work / 'report.json'}, plot: {work / 'acceptance.png'}")
+    (work / "MODEL_CARD.md").write_text(model_card(report), "utf-8")
+    print(f"    report: {work / 'report.json'}, model card: {work / 'MODEL_CARD.md'}, plot: {work / 'acceptance.png'}")
     if target.source.startswith(("catalog:", "import:")) and not a.no_pair:
         store.pair(target.name, out)
         print(f"    paired with {target.name}: `flashdesk serve --model {target.name}` uses it.")

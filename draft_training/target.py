@@ -8,6 +8,7 @@ dequantize exactly, so `emb[t]` equals llama.cpp's `get_rows` of the embedding.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -29,7 +30,14 @@ def _array(t) -> np.ndarray:
 
 
 def read_target_tensors(path: str | os.PathLike) -> TargetTensors:
-    r = GGUFReader(os.fspath(path))
+    """The arrays of the target GGUF at `path` (cached: a trainer and its evaluations share them)."""
+    st = os.stat(path)
+    return _read(os.path.abspath(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=2)
+def _read(path: str, size: int, mtime_ns: int) -> TargetTensors:
+    r = GGUFReader(path)
     by_name = {t.name: t for t in r.tensors}
     missing = [n for n in ("token_embd.weight", "output_norm.weight") if n not in by_name]
     if missing:

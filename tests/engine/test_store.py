@@ -111,3 +111,37 @@ def test_pair_a_draft_and_unpair(tmp_path, model_path):
     with pytest.raises(DraftRefused):  # a plain model is no DFlash draft: refused, nothing paired
         s.pair("shop", model_path, progress=no_progress)
     assert s.get("shop").draft == ""
+
+
+def test_pull_pairs_the_shipped_draft_unless_the_user_chose(tmp_path, model_path, store, monkeypatch):
+    import dataclasses
+    import json
+
+    import engine.catalog as catalog
+    from gguf_tools.dflash_draft import write_random_draft
+
+    shipped_dir = tmp_path / "drafts"
+    shipped_dir.mkdir()
+    write_random_draft(shipped_dir / "smollm2.gguf", model_path, seed=1)
+    monkeypatch.setattr(catalog, "DRAFTS_DIR", shipped_dir)
+    monkeypatch.setitem(CATALOG, "smollm2", dataclasses.replace(CATALOG["smollm2"], draft="smollm2.gguf"))
+    s = ModelStore(tmp_path / "home")
+    folder = s.models_dir / "smollm2"
+    shutil.copytree(os.path.dirname(store.get("smollm2").path), folder,
+                    ignore=shutil.ignore_patterns("draft.gguf", "*.json", "*.log"))
+    m = store.get("smollm2")
+    (folder / "model.json").write_text(json.dumps({"name": m.name, "file": m.file, "sha256": m.sha256, "size": m.size,
+                                                   "source": m.source, "architecture": m.architecture,
+                                                   "added": m.added}))
+    paired = s.pull("smollm2", progress=no_progress)  # installed, verified: only the pairing is new
+    assert paired.draft == "draft.gguf"
+    assert open(paired.draft_path, "rb").read() == (shipped_dir / "smollm2.gguf").read_bytes()
+    write_random_draft(shipped_dir / "smollm2.gguf", model_path, seed=2)  # flashdesk upgraded its draft
+    assert open(s.pull("smollm2", progress=no_progress).draft_path, "rb").read() == \
+        (shipped_dir / "smollm2.gguf").read_bytes()
+    s.unpair("smollm2")  # the user's choice: no draft, and pull leaves it so
+    assert s.pull("smollm2", progress=no_progress).draft == ""
+    own = tmp_path / "own.gguf"
+    write_random_draft(own, model_path, seed=3)
+    s.pair("smollm2", own, progress=no_progress)
+    assert open(s.pull("smollm2", progress=no_progress).draft_path, "rb").read() == own.read_bytes()

@@ -1,0 +1,60 @@
+"""The model card of a trained draft: how it was made and what it measured, from report.json.
+
+What it is: `model_card(report)` renders Markdown from the report `flashdesk train-draft`
+writes (data, training, offline and online acceptance). A shipped draft keeps its card
+beside the GGUF. What it is not: a place for claims the report does not hold.
+"""
+
+from __future__ import annotations
+
+
+def _row(name: str, vals: dict) -> str:
+    return f"| {name} | " + " | ".join(str(vals.get(s, "-")) for s in ("top1", "walk", "viterbi", "dp")) + " |"
+
+
+def model_card(report: dict, notes: str = "") -> str:
+    d, t = report["data"], report["train"]
+    dc, tc = t["draft_config"], t["config"]
+    off = report.get("offline", {})
+    on = report.get("online", {})
+    lines = [
+        f"# {dc.get('name', 'DFlash 2 draft')}",
+        "",
+        f"A DFlash 2 draft (llama.cpp architecture `dflash`) for the target `{report['target']}`, trained by "
+        "`flashdesk train-draft` on the target's own greedy answers (self-distillation). Lossless: the engine "
+        "verifies every drafted token against the target, so output is identical to plain decoding; the draft "
+        "only changes speed.",
+        "",
+        "## How it was made",
+        "",
+        f"- Data: {d['n_answer_tokens']:,} answer tokens ({d['n_tokens']:,} with prompts), "
+        f"{d['bytes'] / 1e9:.2f} GB of fp16 features, {d['seconds'] / 60:.0f} min of capture.",
+        f"- Draft: {dc['n_layer']} layers, block {dc['block_size']}, K = {dc['selector_top_k']} candidates, "
+        f"selector rank {dc['selector_rank']}, taps {dc['target_layers']}, "
+        + (f"reduced vocabulary of {tc['n_keep']} ids (d2t)" if tc.get("n_keep") else "full vocabulary")
+        + f"; {report.get('draft_bytes', 0) / 1e6:.1f} MB.",
+        f"- Training: {t['steps']:,} steps, {t['seconds'] / 60:.0f} min on {tc['threads']} CPU threads, seed "
+        f"{tc['seed']}, AdamW lr {tc['lr']} (codebooks x{tc['codebook_lr_mult']}), batch {tc['n_seqs']} sequences x "
+        f"{tc['n_anchors']} blocks, slot decay {tc['decay']}, selector weight {tc['selector_weight']}.",
+        "",
+        "## What it measured (block 8, temperature 0)",
+        "",
+        "tau = tokens committed per target verify (accepted + the target's own next token).",
+        "",
+        "| tau | top1 | walk | viterbi | dp |",
+        "|---|---|---|---|---|",
+    ]
+    if off.get("tau"):
+        lines.append(_row(f"offline, {off.get('n_seqs')} held-out sequences", off["tau"]))
+    if on.get("selectors"):
+        lines.append(_row(f"online, {on.get('n_prompts')} dev prompts", {s: v["tau"] for s, v in on["selectors"].items()}))
+        lines += ["", "Online acceptance per block position (given the earlier ones were accepted):", "",
+                  "| selector | " + " | ".join(str(i + 1) for i in range(report["online"]["block"] - 1)) + " |",
+                  "|---|" + "---|" * (report["online"]["block"] - 1)]
+        for s, v in on["selectors"].items():
+            lines.append(f"| {s} | " + " | ".join(f"{x:.2f}" for x in v["slot_accept"]) + " |")
+        lines += ["", "Outputs equal to plain decoding: " + ("all" if not on.get("mismatches") else
+                                                              f"NO, {on['mismatches']}")]
+    if notes:
+        lines += ["", "## Notes", "", notes.strip()]
+    return "\n".join(lines) + "\n"
