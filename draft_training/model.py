@@ -49,14 +49,19 @@ def rope_neox(x: torch.Tensor, pos: torch.Tensor, base: float) -> torch.Tensor:
 
 def dyn_conv(x: torch.Tensor, dyn: torch.Tensor, base: torch.Tensor, side: int, kernel: int, group: int) -> torch.Tensor:
     """Dual-tap dynamic convolution along the block. x [..., B, E]; dyn [..., B, 2*kernel*G]
-    laid out [side, tap, group]; base [2, kernel, E]. out[t] = sum_j w[t, j] * x[t - j]."""
+    laid out [side, tap, group]; base [2, kernel, E]. out[t] = sum_j w[t, j] * x[t - j] with
+    w[t, j, c] = dyn[t, side, j, c // group] + base[side, j, c].
+
+    Computed per tap as x_j * base_j + (x_j viewed [..., G, group]) * coefficient [..., G, 1],
+    never materialising w [..., B, kernel, E] (its backward was most of a training step)."""
     *lead, n, e = x.shape
-    coeff = dyn.reshape(*lead, n, 2, kernel, e // group)[..., side, :, :]  # [..., B, kernel, G]
-    w = coeff.repeat_interleave(group, dim=-1) + base[side]  # [..., B, kernel, E]
-    out = w[..., 0, :] * x
-    for tap in range(1, min(kernel, n)):
-        shifted = F.pad(x[..., : n - tap, :], (0, 0, tap, 0))  # [..., B, E], zeros before the block
-        out = out + w[..., tap, :] * shifted
+    g = e // group
+    coeff = dyn.reshape(*lead, n, 2, kernel, g)[..., side, :, :]  # [..., B, kernel, G]
+    out = None
+    for tap in range(min(kernel, n)):
+        xs = x if tap == 0 else F.pad(x[..., : n - tap, :], (0, 0, tap, 0))  # [..., B, E], zeros before the block
+        term = xs * base[side, tap] + (xs.reshape(*lead, n, g, group) * coeff[..., tap, :, None]).reshape(*lead, n, e)
+        out = term if out is None else out + term
     return out
 
 
@@ -160,7 +165,7 @@ class DFlashDraft(nn.Module):
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """[..., E] -> [..., V'] over the draft vocabulary (full, or the kept ids in d2t order)."""
-        return h @ self.head.T
+        return (h.reshape(-1, h.shape[-1]) @ self.head.T).reshape(*h.shape[:-1], -1)  # one mm, not a batched one
 
     def transition(self, h: torch.Tensor, pred: torch.Tensor, succ: torch.Tensor) -> torch.Tensor:
         """Selector scores without the unary term: h [..., E], pred [..., P] and succ [..., K]

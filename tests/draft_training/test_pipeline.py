@@ -166,7 +166,8 @@ def test_train_draft_command(model_path, tmp_path):
     assert report["online"]["mismatches"] == []
     assert (work / "draft.gguf").stat().st_size > 0 and (work / "acceptance.png").stat().st_size > 0
     assert main(args) == 2  # the work folder holds a run: refuse without --resume
-    assert main(args + ["--resume"]) == 0  # resume: nothing to capture, budget spent, export again
+    resumed = [x for x in args if x not in ("--eval-prompts", str(evp))] + ["--resume"]
+    assert main(resumed) == 0  # resume: nothing left to capture, the budget is spent: evaluate and export again
 
 
 def test_budget_and_count_parsing():

@@ -6,6 +6,8 @@ import httpx
 import openai
 import pytest
 
+from engine.catalog import CATALOG
+
 MSG = [{"role": "user", "content": "Repeat exactly: order 4411, 200 blue shirts, size M, due Friday."}]
 
 
@@ -33,7 +35,7 @@ def test_speculation_in_the_final_stream_usage_chunk(client):
 
 
 @pytest.mark.parametrize("spec", [{"mode": "warp"}, {"mode": "lookup", "block": 1}, {"selector": "best"},
-                                  {"mode": "dflash"}])
+                                  {"mode": "dflash", "block": 17}])
 def test_bad_speculation_settings_are_400(client, spec):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="smollm2", messages=MSG, max_tokens=4,
@@ -50,3 +52,27 @@ def test_health_and_metrics_report_speculation(server, client):
     assert 'flashdesk_requests_total{finish_reason=' in text
     assert 'flashdesk_spec_verifies_total{mode="lookup"}' in text
     assert "flashdesk_completion_tokens_total" in text
+
+
+def test_the_shipped_draft_is_paired_by_default_and_lossless(server, client):
+    """`flashdesk pull smollm2` pairs the draft flashdesk ships; `serve` loads it (draft auto)."""
+    assert CATALOG["smollm2"].draft_file is not None, "flashdesk ships a trained draft for its default model"
+    h = httpx.get(f"{server.base}/health").json()["speculation"]
+    assert "dflash" in h["drafters"]
+    kw = dict(model="smollm2", messages=MSG, temperature=0, max_tokens=40)
+    plain = client.chat.completions.create(**kw, extra_body={"speculative": {"mode": "off"}})
+    for sel in ("walk", "dp"):
+        spec = client.chat.completions.create(**kw, extra_body={"speculative": {"mode": "dflash", "selector": sel,
+                                                                                 "block": 8}})
+        assert spec.choices[0].message.content == plain.choices[0].message.content
+        s = spec.usage.speculation
+        assert s["mode"] == "dflash" and s["selector"] == sel and s["verifies"] > 0
+
+
+def test_dflash_without_a_draft_is_400(start_server):
+    srv = start_server("--draft", "none")
+    c = openai.OpenAI(base_url=f"{srv.base}/v1", api_key="unused", max_retries=0, timeout=120)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="smollm2", messages=MSG, max_tokens=4,
+                                  extra_body={"speculative": {"mode": "dflash"}})
+    assert "dflash" in e.value.body["message"]
