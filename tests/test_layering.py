@@ -29,3 +29,15 @@ def test_the_lint_catches_a_web_import(tmp_path):
     probe = tmp_path / "x.py"
     probe.write_text("import os\nfrom fastapi import FastAPI\n")
     assert imported_roots(probe) & FORBIDDEN == {"fastapi"}
+
+
+def test_serving_never_imports_torch():
+    """PyTorch is the optional [train] extra: the server, its CLI (which registers
+    train-draft) and the engine must load without it."""
+    import subprocess
+    import sys
+
+    code = "import sys, engine, engine.worker, server.app, server.cli; server.cli.parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
