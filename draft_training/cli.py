@@ -82,7 +82,7 @@ def run(a) -> int:
 
     from .card import model_card
     from .data import CaptureConfig, capture
-    from .evaluate import online_eval, plot_acceptance
+    from .evaluate import online_eval, plot_acceptance, plot_history
     from .prompts import builtin_prompts, file_prompts
     from .train import TrainConfig, Trainer
 
@@ -160,9 +160,11 @@ def run(a) -> int:
               + ("" if not online["mismatches"] else f"; OUTPUT DIFFERED FROM PLAIN: {online['mismatches']}"))
     if curves:
         plot_acceptance(work / "acceptance.png", curves, f"{name}, block {cfg.block}")
+    plot_history(work / "learning.png", trainer.history, name)
     (work / "report.json").write_text(json.dumps(report, indent=1))
     (work / "MODEL_CARD.md").write_text(model_card(report), "utf-8")
-    print(f"    report: {work / 'report.json'}, model card: {work / 'MODEL_CARD.md'}, plot: {work / 'acceptance.png'}")
+    print(f"    report: {work / 'report.json'}, model card: {work / 'MODEL_CARD.md'}, plots: "
+          f"{work / 'acceptance.png'}, {work / 'learning.png'}")
     if target.source.startswith(("catalog:", "import:")) and not a.no_pair:
         store.pair(target.name, out)
         print(f"    paired with {target.name}: `flashdesk serve --model {target.name}` uses it.")

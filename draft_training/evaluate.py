@@ -82,3 +82,36 @@ def plot_acceptance(path: str | os.PathLike, curves: dict[str, list[float]], tit
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def plot_history(path: str | os.PathLike, history: list[dict], title: str) -> None:
+    """Learning curves from the trainer's history: losses (smoothed) and offline tau per selector."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import numpy as np
+    from matplotlib import pyplot as plt
+
+    if not history:
+        return
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
+    steps = np.array([h["step"] for h in history])
+    w = max(1, len(history) // 50)  # moving average over ~2% of the run
+    for key in ("block_ce", "selector_ce"):
+        y = np.convolve([h[key] for h in history], np.ones(w) / w, mode="valid")
+        a1.plot(steps[w - 1:], y, label=key)
+    a1.set_xlabel("step")
+    a1.set_ylabel("loss")
+    a1.legend(fontsize=8)
+    a1.grid(alpha=0.3)
+    evals = [h for h in history if h.get("eval", {}).get("tau")]
+    for s in SELECTORS:
+        a2.plot([h["step"] for h in evals], [h["eval"]["tau"][s] for h in evals], marker="o", label=s)
+    a2.set_xlabel("step")
+    a2.set_ylabel("offline trajectory tau (held out)")
+    a2.legend(fontsize=8)
+    a2.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -164,7 +164,7 @@ def test_train_draft_command(model_path, tmp_path):
     report = json.loads((work / "report.json").read_text())
     assert report["data"]["n_answer_tokens"] >= 200 and report["train"]["steps"] >= 1
     assert report["online"]["mismatches"] == []
-    assert (work / "draft.gguf").stat().st_size > 0 and (work / "acceptance.png").stat().st_size > 0
+    assert all((work / f).stat().st_size > 0 for f in ("draft.gguf", "acceptance.png", "learning.png", "MODEL_CARD.md"))
     assert main(args) == 2  # the work folder holds a run: refuse without --resume
     resumed = [x for x in args if x not in ("--eval-prompts", str(evp))] + ["--resume"]
     assert main(resumed) == 0  # resume: nothing left to capture, the budget is spent: evaluate and export again
