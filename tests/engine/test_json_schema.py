@@ -1,0 +1,357 @@
+"""response_format -> grammar. Refusals are 400s naming the keyword and where it is; what compiles is
+run through llama.cpp's own grammar sampler over a byte vocabulary (a GGUF with a tokenizer and no
+tensors, written here), so "the grammar allows exactly this JSON" is tested, not just "it parses".
+No model, no threads; well under a second.
+"""
+
+import ctypes
+import dataclasses
+import json
+
+import llama_cpp
+import pytest
+from gguf import GGUFWriter
+from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+from engine.errors import InvalidRequest
+from engine.json_schema import PARAM, compile_response_format
+
+EOS = 2  # token ids: 0 <unk>, 1 <s>, 2 </s>, then 3 + byte
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vocab") / "bytes.gguf"
+    w = GGUFWriter(str(path), "llama")
+    for key, value in [("block_count", 1), ("context_length", 64), ("embedding_length", 8),
+                       ("feed_forward_length", 8), ("attention.head_count", 1)]:
+        w.add_uint32(f"llama.{key}", value)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    w.add_string("tokenizer.ggml.model", "llama")
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.scores", [0.0] * len(tokens))
+    w.add_array("tokenizer.ggml.token_type", [2, 3, 3] + [6] * 256)  # unknown, control x2, byte
+    for key, value in [("bos", 1), ("eos", EOS), ("unknown", 0)]:
+        w.add_uint32(f"tokenizer.ggml.{key}_token_id", value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    assert model
+    yield llama_cpp.llama_model_get_vocab(model)
+    llama_cpp.llama_model_free(model)
+
+
+def accepts(vocab, grammar: str, text: str) -> bool:
+    """Does llama.cpp's grammar sampler let exactly `text`, then end of generation, through?"""
+    n = llama_cpp.llama_vocab_n_tokens(vocab)
+    sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+    assert sampler
+    try:
+        for byte in [*text.encode(), None]:
+            data = (llama_cpp.llama_token_data * n)(*[llama_cpp.llama_token_data(i, 0.0, 0.0) for i in range(n)])
+            llama_cpp.llama_sampler_apply(sampler, ctypes.byref(llama_cpp.llama_token_data_array(data, n, -1, False)))
+            token = EOS if byte is None else 3 + byte
+            if next(d.logit for d in data if d.id == token) == float("-inf"):
+                return False
+            if byte is not None:
+                llama_cpp.llama_sampler_accept(sampler, token)
+        return True
+    finally:
+        llama_cpp.llama_sampler_free(sampler)
+
+
+def js(schema, **envelope):
+    return {"type": "json_schema", "json_schema": {"name": "work_order", "schema": schema, **envelope}}
+
+
+def refused(response_format) -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as e:
+        compile_response_format(response_format)
+    return e.value
+
+
+ORDER = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{4}$"},
+        "qty": {"type": "integer"},
+        "colour": {"enum": ["red", "navy"]},
+        "due": {"type": "string", "format": "date"},
+        "note": {"anyOf": [{"type": "string", "maxLength": 20}, {"type": "null"}]},
+        "lines": {"type": "array", "items": {"$ref": "#/$defs/line"}, "minItems": 1, "maxItems": 3},
+    },
+    "required": ["id", "qty", "lines"],
+    "additionalProperties": False,
+    "$defs": {"line": {"type": "object", "properties": {"sku": {"type": "string"}, "n": {"type": "number"}},
+                       "required": ["sku"]}},
+}
+
+
+# --- the envelope -------------------------------------------------------------------------------
+
+def test_text_and_absent_mean_no_constraint():
+    assert compile_response_format(None) is None
+    assert compile_response_format({"type": "text"}) is None
+
+
+def test_json_object_allows_any_object_and_nothing_else(vocab):
+    c = compile_response_format({"type": "json_object"})
+    assert (c.kind, c.name, c.schema) == ("json_object", None, None)
+    assert accepts(vocab, c.grammar, '{"a": [1, "x", {"b": null}], "c": true}')
+    for text in ('[1]', '"x"', '{"a": 1', '{"a": "x\ny"}'):
+        assert not accepts(vocab, c.grammar, text), text
+
+
+@pytest.mark.parametrize("rf, param", [
+    ("json", "response_format"),
+    ({}, "response_format.type"),
+    ({"type": "json"}, "response_format.type"),
+    ({"type": "json_object", "schema": {}}, "response_format.schema"),  # llama-cpp-python's dialect
+    ({"type": "json_schema"}, "response_format.json_schema"),
+    ({"type": "json_schema", "json_schema": {"schema": {}}}, "response_format.json_schema.name"),
+    (js({}, name="work order"), "response_format.json_schema.name"),
+    (js({}, strict="yes"), "response_format.json_schema.strict"),
+    (js({}, description=5), "response_format.json_schema.description"),
+    (js({}, extra=1), "response_format.json_schema.extra"),
+    ({"type": "json_schema", "json_schema": {"name": "x"}}, PARAM),
+    (js(True), PARAM),
+])
+def test_envelope_errors_name_the_field(rf, param):
+    assert refused(rf).param == param
+
+
+def test_strict_is_accepted_and_changes_nothing():
+    grammars = {compile_response_format(js(ORDER, strict=s)).grammar for s in (True, False, None)}
+    assert len(grammars) == 1
+
+
+@pytest.mark.parametrize("schema, fragment", [
+    ({"type": "strin"}, "at /type"),
+    ({"properties": {"a": {"type": 5}}}, "at /properties/a/type"),
+    ({"required": "a"}, "at /required"),
+    ({"type": "string", "pattern": "^(a$"}, "at /pattern"),
+    ({"$schema": "http://json-schema.org/draft-04/schema#"}, '"$schema"'),
+    ({"$schema": "https://example.com/my-meta"}, '"$schema"'),
+])
+def test_invalid_schema_is_a_400(schema, fragment):
+    e = refused(js(schema))
+    assert e.param == PARAM and fragment in e.message
+
+
+# --- fail closed: what the grammar cannot enforce ------------------------------------------------
+
+DRAFT7 = "http://json-schema.org/draft-07/schema#"
+
+
+@pytest.mark.parametrize("schema, keyword, where", [
+    ({"type": "object", "properties": {"tags": {"type": "array", "items": {}, "uniqueItems": True}}},
+     "uniqueItems", "at /properties/tags"),
+    ({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}, "minimum", "at /properties/n"),
+    ({"type": "number", "exclusiveMaximum": 5}, "exclusiveMaximum", "at the root"),
+    ({"type": "number", "multipleOf": 0.5}, "multipleOf", "at the root"),
+    ({"allOf": [{"type": "object"}]}, "allOf", "at the root"),
+    ({"not": {"type": "null"}}, "not", "at the root"),
+    ({"if": {"type": "string"}, "then": {"maxLength": 2}}, "if", "at the root"),
+    ({"type": "object", "patternProperties": {"^x": {}}}, "patternProperties", "at the root"),
+    ({"type": "object", "properties": {"a": {}}, "minProperties": 1}, "minProperties", "at the root"),
+    ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames", "at the root"),
+    ({"type": "array", "items": {}, "contains": {"type": "null"}}, "contains", "at the root"),
+    ({"type": "integer", "nullable": True}, "nullable", "at the root"),
+    ({"$defs": {"a": {"type": "string", "format": "email"}}, "$ref": "#/$defs/a"}, "format", "at /$defs/a"),
+    ({"type": "string", "pattern": "^[a-z]+$", "maxLength": 5}, "maxLength", 'next to "pattern"'),
+    ({"type": "string", "format": "date", "minLength": 10}, "minLength", 'next to "format"'),
+    ({"type": ["object", "null"], "properties": {"a": {}}}, "properties", "list of types"),
+    ({"type": "string", "enum": ["a"], "minLength": 1}, "minLength", 'next to "enum"'),
+    ({"type": "string", "const": 1}, "type", 'next to "const"'),
+    ({"$ref": "#/$defs/a", "type": "object", "$defs": {"a": {}}}, "type", 'next to "$ref"'),
+    ({"oneOf": [{"type": "string"}], "anyOf": [{"type": "null"}]}, "anyOf", 'next to "oneOf"'),
+    ({"type": "integer", "minLength": 1}, "minLength", 'with "type": "integer"'),
+    ({"minLength": 2}, "minLength", 'without "type"'),
+    ({"type": "object", "required": ["a"]}, "required", 'with "type": "object"'),
+    ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "required", "at the root"),
+    ({"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}}, "$ref", "at /properties/a"),
+    ({"$schema": DRAFT7, "type": "array", "items": [{}], "additionalItems": False}, "additionalItems", "at the root"),
+    ({"type": "object", "properties": {"a": {"$id": "a", "type": "string"}}}, "$id", "at /properties/a"),
+    ({"type": "string", "maxLength": 5000}, "maxLength", "above 2000"),
+    ({"type": "array", "items": {}, "maxItems": 501}, "maxItems", "above 500"),
+    ({"prefixItems": [{}], "items": {"type": "string"}}, "prefixItems", "at the root"),
+    ({"prefixItems": [{}, {}], "minItems": 3}, "minItems", "exactly the 2 prefixItems"),
+    ({"enum": ["a\\b"]}, "enum", "at the root"),
+    ({"properties": {"a": {"const": "two\nlines"}}}, "const", "at /properties/a"),
+    ({"const": {"say \"hi\"": 1}}, "const", "at the root"),
+    ({"enum": ["\U0001F600"]}, "enum", "at the root"),
+    ({"type": "object", "properties": {"a/b": {"type": "string", "pattern": "^\\d+$"}}}, "pattern", "at /properties/a~1b"),
+])
+def test_unsupported_keyword_is_named_with_its_path(schema, keyword, where):
+    e = refused(js(schema))
+    assert e.param == PARAM
+    assert f'keyword "{keyword}" ' in e.message and where in e.message and "HINT" in e.message, e.message
+
+
+@pytest.mark.parametrize("schema, fragment", [
+    ({"enum": []}, "is empty"),
+    ({"type": "string", "minLength": 5, "maxLength": 2}, "no value can match"),
+    ({"type": "object", "properties": {"": {}}}, "property name ''"),
+    ({"type": "object", "properties": {"*": {}}}, "property name '*'"),
+    ({"type": "object", "properties": {'a"b': {}}}, "property name"),
+    ({"oneOf": [{"type": "number"}, {"type": "integer"}]}, "exactly one"),
+    ({"oneOf": [{"$ref": "#/$defs/a"}, {"type": "null"}], "$defs": {"a": {"type": "string"}}}, "exactly one"),
+    ({"type": "object", "properties": {"a": False}}, "schema false at /properties/a"),
+    ({"$ref": "#/$defs/missing"}, "does not point to a subschema"),
+    ({"properties": {"a": {"$ref": "#/properties/b/default"}, "b": {"default": {}}}}, "does not point"),
+    ({"$ref": "#/$defs/a", "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}}}, "llama.cpp refused"),
+])
+def test_other_refusals(schema, fragment):
+    e = refused(js(schema))
+    assert e.param == PARAM and fragment in e.message, e.message
+
+
+def test_deep_nesting_is_refused_not_a_crash():
+    schema = {"type": "string"}
+    for _ in range(70):
+        schema = {"type": "array", "items": schema}
+    assert "nested more than" in refused(js(schema)).message
+
+
+@pytest.mark.parametrize("pattern, fragment", [
+    ("[a-z]+", "anchored"),
+    ("^\\d+$", "backslash"),
+    ("^[a-z]\\.[0-9]$", "backslash"),
+    ("^a.b$", "'.'"),
+    ("^[^a]+$", "non-negated"),
+    ("^(?:ab)+$", "(?...)"),
+    ("^a|b$", "outside a group"),
+    ("^a}$", "'}'"),
+    ("^[ -~]+$", "admits"),
+    ('^x"$', "'\"'"),
+    ("^a*?$", "once"),
+    ("^a{2001}$", "above 2000"),
+    ("^a{$", "once"),
+])
+def test_patterns_outside_the_safe_subset_are_refused(pattern, fragment):
+    e = refused(js({"type": "string", "pattern": pattern}))
+    assert '"pattern"' in e.message and fragment in e.message, e.message
+
+
+@pytest.mark.parametrize("pattern, good, bad", [
+    ("^[A-Z]{2}-[0-9]{4}$", ["AB-1234"], ["AB-123", "ab-1234", "AB-12345"]),
+    ("^(red|navy)( blue)?$", ["red", "navy blue"], ["blue", "red navy"]),
+    ("^[a-z_][a-z0-9_-]*$", ["_x-1", "a"], ["1a", ""]),
+    ("^café [0-9]?$", ["café 1", "café "], ["cafe 1"]),
+])
+def test_safe_patterns_are_enforced_exactly(vocab, pattern, good, bad):
+    grammar = compile_response_format(js({"type": "string", "pattern": pattern})).grammar
+    for s in good:
+        assert accepts(vocab, grammar, json.dumps(s, ensure_ascii=False)), s
+    for s in bad:
+        assert not accepts(vocab, grammar, json.dumps(s, ensure_ascii=False)), s
+
+
+# --- what compiles, and that llama.cpp allows exactly the valid JSON -----------------------------
+
+def test_work_order_grammar(vocab):
+    c = compile_response_format(js(ORDER))
+    assert (c.kind, c.name, c.schema) == ("json_schema", "work_order", ORDER)
+    assert "root ::= " in c.grammar
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.grammar = ""
+    good = ['{"id": "AB-1234", "qty": 3, "lines": [{"sku": "T-1", "n": 2.5}]}',
+            '{"id":"AB-1234","qty":-1,"lines":[{"sku":"x"},{"sku":"y"}],"colour":"navy","due":"2024-05-31",'
+            '"note":null}',
+            '{"id": "AB-1234", "qty": 3, "lines": [{"sku": "line one\\nline two"}], "note": "caf\\u00e9"}']
+    bad = ['{"id": "AB-1234", "qty": 3}',  # required lines missing
+           '{"id": "AB-1234", "qty": "3", "lines": [{"sku": "x"}]}',  # wrong type
+           '{"id": "AB-1234", "qty": 3, "lines": [{"sku": "x"}], "extra": 1}',  # additionalProperties false
+           '{"id": "AB-1234", "qty": 3, "lines": []}',  # minItems 1
+           '{"id": "AB-1234", "qty": 3, "lines": [{"sku": "a"}, {"sku": "b"}, {"sku": "c"}, {"sku": "d"}]}',
+           '{"id": "AB-1234", "qty": 3, "lines": [{"sku": "line one\nline two"}]}',  # raw newline: not JSON
+           '{"id": "AB-1234", "qty": 3, "lines": [{"sku": "\\ud800"}]}',  # a surrogate escape
+           '{"id": "AB-1234", "qty": 3, "lines": [{"sku": "x"}], "colour": "green"}',
+           '{"id": "AB-1234", "qty": 3, "lines": [{"sku": "x"}], "due": "2024-13-01"}',
+           '{"id": "AB-1234", "qty": 3, "lines": [{"sku": "x"}], "note": "twenty-one characters"}']
+    for text in good:
+        assert accepts(vocab, c.grammar, text), text
+        assert c.validate(text) == []
+    for text in bad:
+        assert not accepts(vocab, c.grammar, text), text
+
+
+def test_ref_names_never_collide_with_other_rules(vocab):
+    """The converter names a $ref rule by the pointer's last segment and reuses a taken name."""
+    schema = {"type": "object", "required": ["item", "other", "s"], "additionalProperties": False,
+              "properties": {"item": {"enum": [1, 2]}, "other": {"$ref": "#/$defs/item"},
+                             "s": {"$ref": "#/definitions/string"}},
+              "$defs": {"item": {"type": "string"}}, "definitions": {"string": {"type": "boolean"}}}
+    text = '{"item": 1, "other": "x", "s": true}'
+    assert not accepts(vocab, json_schema_to_gbnf(json.dumps(schema)), text)  # the bug, unworked-around
+    grammar = compile_response_format(js(schema)).grammar
+    assert accepts(vocab, grammar, text)
+    assert not accepts(vocab, grammar, '{"item": 1, "other": 2, "s": true}')
+
+
+@pytest.mark.parametrize("schema, good, bad", [
+    ({}, ['1', '"x"', '[1, {"a": null}]', '{"a": [true]}', 'null'], ['', 'nul']),
+    ({"type": "object", "properties": {"meta": {}, "x": True}},
+     ['{"meta": 5}', '{"meta": "m", "x": [1]}', '{}'], ['{"other": 1}']),
+    ({"type": "object", "additionalProperties": {"type": "integer"}}, ['{"a": 1, "b": 2}', '{}'], ['{"a": "x"}']),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}},
+     ['{"a": 1}', '{}'], ['{"a": "x"}', '{"b": "x"}']),  # extras dropped: a declared name never gets the wrong value
+    ({"prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False}, ['["a", 1]'], ['["a"]', '["a", 1, 2]']),
+    ({"$schema": DRAFT7, "type": "array", "items": [{"type": "string"}]}, ['["a"]'], ['[1]', '[]']),
+    ({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2}, ['[1]', '[1, 2]'], ['[]', '[1, 2, 3]']),
+    ({"type": "array", "minItems": 1}, ['[1]', '["a", null]'], ['[]']),
+    ({"type": "string", "minLength": 2, "maxLength": 3}, ['"ab"', '"\\u00e9\\u00e9"', '"日本語"'], ['"a"', '"abcd"']),
+    ({"type": ["string", "null"], "enum": ["a", None]}, ['"a"', 'null'], ['"b"']),
+    ({"type": ["integer", "boolean"]}, ['1', 'true'], ['1.5', '"1"']),
+    ({"oneOf": [{"type": "string"}, {"type": "integer"}, {"const": None}]}, ['"x"', '7', 'null'], ['1.5', 'true']),
+    ({"const": {"k": ["caf\u00e9", 1]}}, ['{"k": ["café", 1]}'], ['{"k": ["cafe", 1]}', '{"k":["café",1]}']),  # written as json.dumps does
+    ({"type": "string", "format": "uuid"}, ['"123e4567-e89b-12d3-a456-426614174000"'], ['"123e4567"']),
+    ({"type": "string", "format": "date-time"}, ['"2024-05-31T12:00:00Z"'], ['"2024-05-31 12:00"']),
+    ({"$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
+      "$ref": "#/$defs/node"}, ['{"kids": [{"kids": []}, {}]}'], ['{"kids": [1]}']),
+    ({"type": "object", "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}},  # "#" is the root
+     ['{"next": {"next": null}}', '{}'], ['{"next": 1}']),
+])
+def test_supported_schemas_allow_exactly_their_json(vocab, schema, good, bad):
+    c = compile_response_format(js(schema))
+    assert "root ::= " in c.grammar
+    for text in good:
+        assert accepts(vocab, c.grammar, text), text
+    for text in bad:
+        assert not accepts(vocab, c.grammar, text), text
+
+
+def test_the_users_schema_is_left_untouched():
+    schema = {"type": "object", "properties": {"a": {"$ref": "#/$defs/a"}, "b": True}, "$defs": {"a": {}}}
+    before = json.dumps(schema)
+    compile_response_format(js(schema))
+    assert json.dumps(schema) == before
+
+
+# --- validate(): the check after generation ------------------------------------------------------
+
+def test_validate_reports_what_is_wrong():
+    c = compile_response_format(js(ORDER))
+    assert c.validate('{"id": "AB-1234", "qty": 1, "lines": [{"sku": "x"}]}') == []
+    assert c.validate('{"id": "AB-1234", "qty": 1') [0].startswith("not valid JSON")
+    assert c.validate('{"id": "AB-1234", "qty": NaN, "lines": []}')[0].startswith("not valid JSON")
+    assert "repeats a key" in c.validate('{"id": "AB-1234", "id": "AB-1234", "qty": 1, "lines": [{"sku": "x"}]}')[0]
+    problems = c.validate('{"id": "ab", "qty": "1", "lines": [{"n": 1}], "due": "2024-02-31", "x": 1}')
+    text = "\n".join(problems)
+    assert "at the root: Additional properties are not allowed ('x' was unexpected)" in text
+    assert "at /qty: '1' is not of type 'integer'" in text
+    assert "at /id: 'ab' does not match" in text
+    assert "at /lines/0: 'sku' is a required property" in text
+    assert "at /due: '2024-02-31' is not a 'date'" in text  # a calendar the grammar cannot know
+
+
+def test_validate_json_object():
+    c = compile_response_format({"type": "json_object"})
+    assert c.validate('{"a": 1}') == []
+    assert c.validate("[1]") == ["not a JSON object"]
+    assert c.validate("{'a': 1}")[0].startswith("not valid JSON")
