@@ -268,10 +268,14 @@ def _run(target: Model, todo: list[dict], out: Path, man: dict, cfg: CaptureConf
                 t0 = time.perf_counter()
             if progress is not None:
                 progress(generated)
-        if buf.tokens:
+    except KeyboardInterrupt:
+        if buf.tokens:  # Ctrl-C keeps every finished answer; only those still being written are lost
             _flush(out, man, buf, t0)
+        raise
     finally:
         ctx.close()
+    if buf.tokens:
+        _flush(out, man, buf, t0)
     return man
 
 

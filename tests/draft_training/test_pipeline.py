@@ -175,3 +175,20 @@ def test_budget_and_count_parsing():
     assert parse_count("1M") == 1_000_000 and parse_count("500k") == 500_000
     with pytest.raises(Exception):
         parse_budget("soon")
+
+
+def test_ctrl_c_during_capture_keeps_finished_answers(model_path, tmp_path):
+    cfg = CaptureConfig(target_layers=TAPS, n_seq=2, max_new=12, shard_tokens=1 << 20)
+    calls = []
+
+    def interrupt(n):
+        calls.append(n)
+        if n >= 30:  # a few answers are finished by now, none flushed (the shard is far from full)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        capture(model_path, PROMPTS, tmp_path, cfg, progress=interrupt)
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    assert 1 <= len(man["done"]) < len(PROMPTS) and man["n_answer_tokens"] > 0
+    again = capture(model_path, PROMPTS, tmp_path, cfg)  # resume answers only the rest
+    assert sorted(again["done"]) == sorted(set(again["done"])) and len(again["done"]) == len(PROMPTS)
