@@ -37,6 +37,8 @@ from .spec.state import DrafterRecord, SpecState
 from .spec.verify import verify_is_exact
 
 log = logging.getLogger("flashdesk.engine")
+EXPLORE_TRIALS = 16  # auto mode judges a DFlash draft once its record holds this many first-position trials
+REFRESH = 8  # a draft auto mode set aside gets every REFRESH-th request, so its record stays current
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class Engine:
             self._load_draft(config.draft)
         self._stepper = Stepper(self.ctx)
         self._curve: CostCurve | None = None
+        self._auto_requests = 0
         self.totals: collections.Counter = collections.Counter()  # (metric, label) -> count
         # Speculation is only lossless when verify rows compute exactly like single tokens:
         # measured once here, before the worker starts (the context is free).
@@ -292,8 +295,8 @@ class Engine:
         """How this request speculates, or None for plain decoding."""
         p = req.speculative
         mode = self.config.spec_mode if p.mode == "auto" else p.mode
-        if mode == "auto":  # the best drafter this engine has: DFlash, unless it has shown it is useless here
-            mode = "dflash" if "dflash" in self.drafters and not self.records["dflash"].useless() else "lookup"
+        if mode == "auto":
+            mode = self._auto_drafter(slot.seq_id)
         s = req.sampling
         if mode == "off" or mode not in self.drafters or not self.spec_enabled:
             return None
@@ -307,6 +310,24 @@ class Engine:
         block = min(p.block or self.config.spec_block, info.block_size if info else MAX_BLOCK)
         dist = None if s.greedy else TargetDistribution(s, self.model.n_vocab)
         return SpecState(p, drafter, block, self.n_ctx, curve, selector, self.records[mode], dist=dist, seed=s.seed)
+
+    def _auto_drafter(self, free_seq: int) -> str:
+        """The drafter auto mode uses for the next request: the DFlash draft, unless its record
+        shows it useless (random, mismatched) or, after EXPLORE_TRIALS tries, no faster than
+        plain decoding on this machine's cost curve (a lossless draft whose verify costs more
+        than its tau earns, as on a 2-core CPU): then prompt lookup, which still wins on
+        copy-heavy text. Every REFRESH-th such request tries the draft again, so its record
+        follows a change of use."""
+        rec = self.records.get("dflash")
+        if rec is None or rec.useless():
+            return "lookup"
+        if rec.trials[0] < EXPLORE_TRIALS:
+            return "dflash"
+        curve = self._cost_curve(free_seq)
+        if rec.speed(curve) > 1.0 / curve.cost(1):
+            return "dflash"
+        self._auto_requests += 1
+        return "dflash" if self._auto_requests % REFRESH == 0 else "lookup"
 
     def _cost_curve(self, free_seq: int) -> CostCurve:
         if self._curve is None:  # measured once, on a sequence that is free right now

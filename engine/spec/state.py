@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ..sampling import TargetDistribution
-from .chooser import CostCurve, choose_path_len
+from .chooser import CostCurve, choose_path_len, expected_committed
 from .drafter import Drafter
 from .params import MAX_BLOCK, SpecParams, SpecStats
 
@@ -42,6 +42,14 @@ class DrafterRecord:
         """Shown, over enough tries, to almost never get a first token accepted: auto mode
         then prefers another drafter (a mismatched or random draft; lookup still copies)."""
         return self.trials[0] >= min_trials and self.accept_rate[0] < floor
+
+    def speed(self, curve: CostCurve, t_max: int = MAX_BLOCK - 1) -> float:
+        """Expected committed tokens per millisecond of the best path length (plain if no
+        length beats it), from this record's acceptance and cost on this machine's curve."""
+        best = 1.0 / curve.cost(1)
+        for t in range(1, t_max + 1):
+            best = max(best, expected_committed(self.accept_rate, t) / (curve.cost(t + 1) + self.draft_ms))
+        return best
 
     def merge(self, state: "SpecState") -> None:
         st = state.stats
