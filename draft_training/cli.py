@@ -23,7 +23,6 @@ import json
 import re
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 HINT_TORCH = "HINT: install the training extra: pip install 'flashdesk[train]' (PyTorch, CPU build)."
@@ -113,8 +112,13 @@ def run(a) -> int:
         bar.update(n - seen[0])
         seen[0] = n
 
-    man = capture(target.path, prompts, work / "data", CaptureConfig(target_layers=taps, n_threads=a.threads),
-                  max_answer_tokens=a.tokens, progress=on_tokens)
+    try:
+        man = capture(target.path, prompts, work / "data", CaptureConfig(target_layers=taps, n_threads=a.threads),
+                      max_answer_tokens=a.tokens, progress=on_tokens)
+    except KeyboardInterrupt:
+        print("\nstopped; the finished answers are saved. HINT: run the same command with --resume to continue.",
+              file=sys.stderr)
+        return 130
     bar.close()
     print(f"    {man['n_answer_tokens']} answer tokens ({man['n_tokens']} with prompts) in {len(man['shards'])} "
           f"shards, {man['bytes'] / 1e9:.2f} GB, {man['seconds'] / 60:.0f} min of capture", flush=True)
@@ -133,25 +137,25 @@ def run(a) -> int:
         trainer.run(a.budget, progress=on_step)
     except KeyboardInterrupt:
         trainer.save()
-        print(f"\nstopped; checkpoint saved. HINT: run the same command with --resume to continue.", file=sys.stderr)
+        print("\nstopped; checkpoint saved. HINT: run the same command with --resume to continue.", file=sys.stderr)
         return 130
     tbar.close()
 
     out = Path(a.out) if a.out else work / "draft.gguf"
     name = f"flashdesk DFlash2 draft for {target.name}"
-    trainer.export(out, name=name)
-    offline = trainer.history[-1].get("eval", {})
+    dcfg = trainer.export(out, name=name)
+    offline = trainer.history[-1].get("eval", {}) if trainer.history else {}
     report = {"target": target.name, "draft": str(out), "draft_bytes": out.stat().st_size, "created": time.time(),
               "data": {k: man[k] for k in ("n_tokens", "n_answer_tokens", "bytes", "seconds")},
               "train": {"steps": trainer.step, "seconds": round(trainer.elapsed), "config": trainer.cfg.__dict__,
-                        "draft_config": replace(trainer.dcfg).to_dict()},
+                        "draft_config": dcfg.to_dict()},
               "offline": offline}
     print(f"3/3 exported {out} ({out.stat().st_size / 1e6:.1f} MB); offline tau {offline.get('tau')}", flush=True)
     curves = {f"offline {s}": v for s, v in offline.get("slot_accept", {}).items()}
     if a.eval_prompts:
         evp = [json.loads(line) for line in Path(a.eval_prompts).read_text("utf-8").splitlines() if line.strip()]
         ebar = tqdm(total=len(evp), desc="online eval", file=sys.stderr)
-        online = online_eval(target.path, out, evp, block=cfg.block, threads=a.threads,
+        online = online_eval(target.path, out, evp, block=trainer.cfg.block, threads=a.threads,
                              progress=lambda i: ebar.update(i - ebar.n))
         ebar.close()
         report["online"] = online
@@ -159,7 +163,7 @@ def run(a) -> int:
         print("    online tau " + ", ".join(f"{s} {v['tau']}" for s, v in online["selectors"].items())
               + ("" if not online["mismatches"] else f"; OUTPUT DIFFERED FROM PLAIN: {online['mismatches']}"))
     if curves:
-        plot_acceptance(work / "acceptance.png", curves, f"{name}, block {cfg.block}")
+        plot_acceptance(work / "acceptance.png", curves, f"{name}, block {trainer.cfg.block}")
     plot_history(work / "learning.png", trainer.history, name)
     (work / "report.json").write_text(json.dumps(report, indent=1))
     (work / "MODEL_CARD.md").write_text(model_card(report), "utf-8")

@@ -159,14 +159,14 @@ class Trainer:
 
     def run(self, budget_s: float, progress=None) -> None:
         """Train until `budget_s` seconds of training in total (a resumed run continues the count)."""
-        if self.budget_s is None or budget_s != self.budget_s:
-            self.budget_s = float(budget_s)
+        self.budget_s = float(budget_s)  # a resumed run may be given more (or less) time: the schedule follows
         last_ckpt = last_eval = time.perf_counter()
         while self.elapsed < self.budget_s:
             t0 = time.perf_counter()
             m = self.train_step()
             self.elapsed += time.perf_counter() - t0
-            self.history.append({"step": self.step, "t": round(self.elapsed, 1), **{k: (v if k == "lr" else round(v, 4)) for k, v in m.items()}})
+            rounded = {k: (v if k == "lr" else round(v, 4)) for k, v in m.items()}
+            self.history.append({"step": self.step, "t": round(self.elapsed, 1), **rounded})
             if progress is not None:
                 progress(self, m)
             now = time.perf_counter()
@@ -176,7 +176,8 @@ class Trainer:
             if now - last_ckpt >= self.cfg.checkpoint_every_s:
                 self.save()
                 last_ckpt = now
-        self.history[-1]["eval"] = self.evaluate()
+        if self.history:  # a run with no step at all has nothing new to evaluate
+            self.history[-1]["eval"] = self.evaluate()
         self.save()
 
     def save(self) -> None:
