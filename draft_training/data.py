@@ -331,6 +331,3 @@ class Shards:
         """(n_tokens, n_prompt) of one sequence."""
         idx = self._index[shard]
         return int(idx["offsets"][seq + 1] - idx["offsets"][seq]), int(idx["n_prompt"][seq])
-
-    def n_tokens(self, split: str, answer_only: bool = False) -> int:
-        return sum(n - (p if answer_only else 0) for n, p in (self.length(s, q) for s, q in self.seqs[split]))

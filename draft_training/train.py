@@ -218,7 +218,7 @@ class Trainer:
                 g = self.model.inject(b.feats)
                 h = self.model.hidden(g, b.ctx_pos, b.ctx_ok, b.tokens, b.anchor_pos)[0]  # [A, B, E]
                 cand, scores = self.model.lattice(h, b.anchor[0])
-                unary = self.model.logits(h[:, 1:]).gather(-1, self._rows(cand))  # [A, T, K]
+                unary = self.model.logits(h[:, 1:]).gather(-1, self.t2d[cand])  # [A, T, K] candidates' draft logits
                 got = accepted_lengths(cand.numpy(), scores.numpy(), unary.numpy(), b.labels[0].numpy(), stride)
                 for s in SELECTORS:
                     acc[s][anc] = got[s]
@@ -231,10 +231,6 @@ class Trainer:
                "n_seqs": len(seqs)}
         self.log(f"eval step {self.step}: tau " + ", ".join(f"{s} {v}" for s, v in out["tau"].items()))
         return out
-
-    def _rows(self, cand: torch.Tensor) -> torch.Tensor:
-        """Target ids [..., K] -> their rows in the draft's logits."""
-        return self.t2d[cand]
 
     # -- export ---------------------------------------------------------------------------
 
