@@ -10,15 +10,22 @@ What it is not: the sampler (the engine applies `grammar` to the target's logits
 
 Supported, all else refused. Annotations: title description examples default $comment deprecated
 readOnly writeOnly; $schema (drafts 6, 7, 2019-09, 2020-12) and $id at the root only. Any value:
-type (a list only alone or with enum/const), enum, const, anyOf, local $ref ("#..."); oneOf only
-if its alternatives' types are disjoint (no grammar can say "exactly one"; then at most one
-matches). Objects: properties, required, additionalProperties. Arrays: items + minItems/maxItems
-(<= 500), prefixItems (or draft-7 list items). Strings ("type": "string"): minLength/maxLength
-(<= 2000); format date, time, date-time, uuid; pattern in the subset of _pattern_problem.
+type, enum, const, anyOf, local $ref ("#..."); oneOf only if its alternatives' types are disjoint
+(no grammar can say "exactly one"; then at most one matches). A list of types beside enum/const
+is checked against the values; beside other keywords it becomes anyOf of one schema per type with
+the keywords of that type, each checked as below (json_schema_rules.split_types). Objects:
+properties, required, additionalProperties. Arrays: items + minItems/maxItems (<= 500),
+prefixItems (or draft-7 list items). Strings ("type": "string"): minLength/maxLength (<= 2000);
+format date, time, date-time, uuid; pattern in the subset of json_schema_rules.pattern_problem,
+or beside a format only if that format implies it (json_schema_rules.IMPLIED_PATTERNS; then the
+format's grammar is enforced). Integers ("type": "integer"): minimum, maximum, exclusiveMinimum,
+exclusiveMaximum (numbers; an exact GBNF range we write, as the converter ignores bounds). Not
+multipleOf, nor bounds on "number" (the HINT says: integer).
 Stricter than the schema, so output stays valid: properties in a fixed order (required first);
 only properties the schema names (absent additionalProperties counts as false; true or a schema
 beside properties is dropped); a tuple has exactly its prefixItems; enum/const values appear as
-json.dumps writes them. `{}` is any value. "strict" is checked (bool or null) and changes
+json.dumps writes them; integers have at most 16 digits, no exponent and no leading zero, and a
+bounded one is never "-0". `{}` is any value. "strict" is checked (bool or null) and changes
 nothing: output is always constrained, optional properties stay optional (OpenAI's strict mode
 would refuse them). Partial: date/time/date-time are RFC 3339 shapes, not calendars (2024-02-31
 passes the grammar; validate() reports what jsonschema can check).
@@ -32,7 +39,8 @@ characters refused. `{}`/true mean "any object", annotation-only schemas crash -
 Keywords beside the one it dispatches on are dropped (maxLength beside pattern) -> refused. A
 property "" takes the root rule, "*" repeats; an empty enum is an empty rule; minItems > maxItems
 emits minItems items; patterns with a top-level |, escapes, ".", [^...], (?...) or a stray }
-translate wrongly, fail to parse or hang -> refused.
+translate wrongly, fail to parse or hang -> refused. It ignores minimum/maximum and takes no raw
+GBNF -> a bounded integer goes in as a const SENTINEL whose literal is then replaced by our rule.
 
 References: OpenAI structured outputs guide; json-schema.org 2020-12; llama.cpp grammars/README.md.
 """
@@ -49,6 +57,7 @@ import llama_cpp
 from jsonschema import validators
 from llama_cpp import llama_grammar
 
+from engine import json_schema_rules as rules
 from engine.errors import InvalidRequest
 
 PARAM = "response_format.json_schema.schema"
@@ -68,7 +77,9 @@ NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for json_schema.na
 HINT = "HINT: remove it, or check it in your own code after the response"
 # Keywords some branch enforces: elsewhere the message says where they would work.
 SUPPORTED = {"$ref", "oneOf", "anyOf", "type", "const", "enum", "properties", "required", "additionalProperties",
-             "items", "prefixItems", "minItems", "maxItems", "pattern", "format", "minLength", "maxLength"}
+             "items", "prefixItems", "minItems", "maxItems", "pattern", "format", "minLength", "maxLength",
+             *rules.BOUNDS}
+SENTINEL = "\x01flashdesk-integer-{}"  # a const for an integer range; _literal_ok keeps \x01 from users
 # The converter's string character, and the same without raw control characters and \\u surrogates.
 _CHAR = "char ::= " + llama_grammar.PRIMITIVE_RULES["char"].content
 _CHAR_FIXED = (r'char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CefEF] [0-9a-fA-F] | [dD] [0-7]) '
@@ -141,6 +152,7 @@ def compile_response_format(response_format: dict | None) -> Constraint | None:
 class _Walk:
     nodes: dict = field(default_factory=dict)  # JSON pointer -> normalised node (for $ref targets)
     refs: list = field(default_factory=list)  # (normalised node holding "$ref", its pointer)
+    ranges: list = field(default_factory=list)  # (normalised integer node, lowest, highest)
     names: set = field(default_factory=set)  # every property name: $ref rule names must differ
 
 
@@ -159,12 +171,20 @@ def _to_grammar(schema: dict) -> str:
         name = names.setdefault(target, prefix + "".join("abcdefghij"[int(d)] for d in str(len(names))))
         defs[name] = walk.nodes[target]
         node["$ref"] = f"#/$defs/{name}"
+    for i, (node, _, _) in enumerate(walk.ranges):  # the converter has no bounds: a const holds the place
+        node.clear()
+        node["const"] = SENTINEL.format(i)
     if "$ref" in root:  # the converter would not look for refs in the siblings of a root $ref
         root = {"anyOf": [root]}
     try:
         text = llama_grammar.json_schema_to_gbnf(json.dumps({**root, "$defs": defs}))
     except (AssertionError, KeyError, ValueError, TypeError, RecursionError) as e:
         raise _bad(f"llama.cpp's JSON Schema converter failed: {e}; HINT: simplify the schema") from None
+    for i, (_, lo, hi) in enumerate(walk.ranges):  # written as it writes a const: '"' json.dumps '"', '"' escaped
+        literal = '"' + json.dumps(SENTINEL.format(i)).replace('"', '\\"') + '"'
+        text = text.replace(literal, f"({rules.integer_gbnf(lo, hi)}) space")  # space: as its integer rule
+    if json.dumps(SENTINEL.format(""))[1:-1] in text:
+        raise _bad("an integer range was left out of the grammar (a bug); HINT: drop the bounds for now")
     return _checked("\n".join(_CHAR_FIXED if line == _CHAR else line for line in text.split("\n")))
 
 
@@ -181,15 +201,23 @@ def _walk(node, ptr: str, walk: _Walk, depth: int) -> dict:
         for name, sub in node.get(container, {}).items():
             _walk(sub, ptr + _pointer([container, name]), walk, depth + 1)
     body = {k: v for k, v in node.items() if k not in ANNOTATIONS | ROOT_ONLY and k not in CONTAINERS}
-    if body.get("type") == "array" and "items" not in body and "prefixItems" not in body:
-        body["items"] = True  # else the converter drops minItems/maxItems
     walk.nodes[ptr] = _node(body, ptr, walk, depth) if body else {"type": list(TYPES)}
     return walk.nodes[ptr]
 
 
 def _node(body: dict, ptr: str, walk: _Walk, depth: int) -> dict:
+    alternatives = rules.split_types(body)  # each checked as if it stood here
+    if alternatives:
+        return {"anyOf": [_node(alt, ptr, walk, depth) for alt in alternatives]}
+    if body.get("type") == "array" and "items" not in body and "prefixItems" not in body:
+        body = {**body, "items": True}  # else the converter drops minItems/maxItems
+    if body.get("type", "string") == "string" and rules.pattern_implied(body.get("format"), body.get("pattern")):
+        body = {k: v for k, v in body.items() if k != "pattern"}  # the format's grammar enforces it
     kind, allowed, where = _branch(body)
     for key in body:
+        if key in rules.BOUNDS and key not in allowed:
+            raise _unsupported(key, ptr, f" {where}", 'HINT: use "type": "integer" if whole numbers will do '
+                               "(bounds are enforced only on integers), or remove it and check it yourself")
         if key not in allowed:
             raise _unsupported(key, ptr, f" {where}" if key in SUPPORTED else "")
     out = dict(body)
@@ -247,8 +275,13 @@ def _node(body: dict, ptr: str, walk: _Walk, depth: int) -> dict:
                                    f": the grammar writes exactly the {len(tuple_)} prefixItems")
             key = "prefixItems" if "prefixItems" in body else "items"
             out = {"prefixItems": [sub([key, i], s) for i, s in enumerate(tuple_)]}
+    elif kind == "range":
+        try:
+            walk.ranges.append((out, *rules.integer_range(body)))
+        except ValueError as e:
+            raise _bad(f"integer bounds {_at(ptr)}: {e}") from None
     elif kind == "pattern":
-        problem = _pattern_problem(body["pattern"])
+        problem = rules.pattern_problem(body["pattern"], MAX_LENGTH)
         if problem:
             raise _unsupported("pattern", ptr, f" {body['pattern']!r}: {problem}")
     elif kind == "string":
@@ -267,8 +300,8 @@ def _branch(s: dict) -> tuple[str, set[str], str]:
     for key in ("const", "enum"):
         if key in s:
             return key, {key, "type"}, f'next to "{key}"'
-    if isinstance(t, list):
-        return "types", {"type"}, "next to a list of types (HINT: use anyOf)"
+    if isinstance(t, list):  # alone: anything beside it was split (json_schema_rules.split_types)
+        return "types", {"type"}, "next to a list of types"
     if t in (None, "object") and ("properties" in s or s.get("additionalProperties", True) is not True):
         return "object", {"type", "properties", "required", "additionalProperties"}, "in an object schema"
     if t in (None, "array") and ("items" in s or "prefixItems" in s):
@@ -281,60 +314,9 @@ def _branch(s: dict) -> tuple[str, set[str], str]:
         return "string", {"type", "minLength", "maxLength"}, typed
     if t == "object":  # additionalProperties is true here: any object
         return "any-object", {"type", "additionalProperties"}, typed
+    if t == "integer" and any(k in s for k in rules.BOUNDS):
+        return "range", {"type", *rules.BOUNDS}, typed
     return "primitive", {"type"}, typed
-
-
-def _pattern_problem(p: str) -> str | None:
-    """Why the converter cannot turn this regex exactly into JSON string content, or None. In:
-    ^...$ around literal characters, classes like [A-Z0-9_-], (groups), | inside a group, one
-    quantifier (* + ? {n} {n,} {n,m}) after each. Out: escapes, "." and [^...] (they would let '"'
-    or '\\' into the string), (?...)."""
-    if len(p) < 2 or p[0] != "^" or p[-1] != "$":
-        return "must be anchored as ^...$"
-    try:
-        re.compile(p)
-    except re.error as e:
-        return f"not a valid regular expression ({e})"
-    if any(0xD800 <= ord(c) <= 0xDFFF for c in p):
-        return "lone surrogates cannot be written to a grammar"
-    body, i, depth, atom = p[1:-1], 0, 0, False  # atom: a quantifier may follow
-    while i < len(body):
-        c = body[i]
-        if c == "\\":
-            return "backslash escapes are not supported (write [.] for \\., [0-9] for \\d)"
-        if c in '.^$"]}' or ord(c) < 0x20:
-            return f"{c!r} is not supported here"
-        if c == "(":
-            if body[i + 1:i + 2] == "?":
-                return "(?...) groups are not supported"
-            depth, atom = depth + 1, False
-        elif c == ")":
-            depth, atom = depth - 1, True
-        elif c == "|":
-            if depth == 0:
-                return "| outside a group is not supported (write ^(a|b)$)"
-            atom = False
-        elif c == "[":
-            j = body.find("]", i + 1)
-            chars = body[i + 1:j]
-            if not chars or chars[0] == "^" or "[" in chars:
-                return "only non-empty, non-negated character classes are supported"
-            for m in re.finditer(r"(.)-(.)|(.)", chars, re.S):
-                lo, hi = (m[1], m[2]) if m[1] else (m[3], m[3])
-                if ord(lo) < 0x20 or any(ord(lo) <= ord(q) <= ord(hi) for q in '"\\'):
-                    return f"the class [{chars}] admits '\"', '\\' or a control character"
-            i, atom = j, True
-        elif c in "*+?{":
-            m = re.match(r"\{(\d+)(,(\d*))?\}", body[i:]) if c == "{" else None
-            if not atom or (c == "{" and not m):
-                return f"{c!r} must quantify a character, class or group, once"
-            if m and max(int(m[1]), int(m[3] or 0)) > MAX_LENGTH:
-                return f"repetition counts above {MAX_LENGTH} are not supported"
-            i, atom = i + (m.end() - 1 if m else 0), False
-        else:
-            atom = True
-        i += 1
-    return None
 
 
 def _bounds(out: dict, lo_key: str, hi_key: str, cap: int, ptr: str) -> None:
@@ -350,14 +332,21 @@ def _bounds(out: dict, lo_key: str, hi_key: str, cap: int, ptr: str) -> None:
 def _disjoint(alternatives: list[dict]) -> bool:
     """True when no JSON value has the type of two alternatives (so at most one matches)."""
     seen: set[str] = set()
-    for alt in alternatives:  # normalised: an enum/const has no "type" left
-        values = [alt["const"]] if "const" in alt else alt.get("enum", [])
-        types = alt.get("type", [JSON_TYPE[type(v)] for v in values])
-        types = {"number" if t == "integer" else t for t in ([types] if isinstance(types, str) else types)}
+    for types in map(_types, alternatives):
         if not types or types & seen:
             return False
         seen |= types
     return True
+
+
+def _types(alt: dict) -> set[str]:
+    """The JSON types a normalised node may match; empty when not known (a $ref)."""
+    if "anyOf" in alt:  # a split list of types
+        sets = [_types(a) for a in alt["anyOf"]]
+        return set().union(*sets) if all(sets) else set()
+    values = [alt["const"]] if "const" in alt else alt.get("enum", [])  # an enum/const has no "type" left
+    types = alt.get("type", [JSON_TYPE[type(v)] for v in values])
+    return {"number" if t == "integer" else t for t in ([types] if isinstance(types, str) else types)}
 
 
 def _literal_ok(v) -> bool:
@@ -404,5 +393,5 @@ def _bad(message: str) -> InvalidRequest:
     return InvalidRequest(message, param=PARAM)
 
 
-def _unsupported(key: str, ptr: str, why: str = "") -> InvalidRequest:
-    return _bad(f'unsupported JSON Schema keyword "{key}" {_at(ptr)}{why}; {HINT}')
+def _unsupported(key: str, ptr: str, why: str = "", hint: str = HINT) -> InvalidRequest:
+    return _bad(f'unsupported JSON Schema keyword "{key}" {_at(ptr)}{why}; {hint}')

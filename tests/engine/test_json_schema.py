@@ -7,14 +7,18 @@ No model, no threads; well under a second.
 import ctypes
 import dataclasses
 import json
+import random
+import re
+from pathlib import Path
 
 import llama_cpp
 import pytest
 from gguf import GGUFWriter
-from llama_cpp.llama_grammar import json_schema_to_gbnf
+from llama_cpp.llama_grammar import PRIMITIVE_RULES, STRING_FORMAT_RULES, json_schema_to_gbnf
 
 from engine.errors import InvalidRequest
 from engine.json_schema import PARAM, compile_response_format
+from engine.json_schema_rules import IMPLIED_PATTERNS, MAX_INT, integer_gbnf
 
 EOS = 2  # token ids: 0 <unk>, 1 <s>, 2 </s>, then 3 + byte
 
@@ -46,23 +50,47 @@ def vocab(tmp_path_factory):
     llama_cpp.llama_model_free(model)
 
 
+def allowed(sampler, token: int) -> bool:
+    """May `token` come next? The grammar judges each candidate on its own, so one is enough."""
+    data = (llama_cpp.llama_token_data * 1)(llama_cpp.llama_token_data(token, 0.0, 0.0))
+    llama_cpp.llama_sampler_apply(sampler, ctypes.byref(llama_cpp.llama_token_data_array(data, 1, -1, False)))
+    return data[0].logit != float("-inf")
+
+
 def accepts(vocab, grammar: str, text: str) -> bool:
     """Does llama.cpp's grammar sampler let exactly `text`, then end of generation, through?"""
-    n = llama_cpp.llama_vocab_n_tokens(vocab)
     sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
     assert sampler
     try:
-        for byte in [*text.encode(), None]:
-            data = (llama_cpp.llama_token_data * n)(*[llama_cpp.llama_token_data(i, 0.0, 0.0) for i in range(n)])
-            llama_cpp.llama_sampler_apply(sampler, ctypes.byref(llama_cpp.llama_token_data_array(data, n, -1, False)))
-            token = EOS if byte is None else 3 + byte
-            if next(d.logit for d in data if d.id == token) == float("-inf"):
+        for byte in text.encode():
+            if not allowed(sampler, 3 + byte):
                 return False
-            if byte is not None:
-                llama_cpp.llama_sampler_accept(sampler, token)
-        return True
+            llama_cpp.llama_sampler_accept(sampler, 3 + byte)
+        return allowed(sampler, EOS)
     finally:
         llama_cpp.llama_sampler_free(sampler)
+
+
+def language(vocab, grammar: str, alphabet: str, max_len: int) -> set[str]:
+    """Every string over `alphabet` of at most `max_len` characters the grammar accepts whole: a walk
+    of all such strings, each prefix the sampler refuses cut off with everything under it."""
+    found = set()
+
+    def visit(sampler, prefix):
+        if allowed(sampler, EOS):
+            found.add(prefix)
+        for c in alphabet if len(prefix) < max_len else "":
+            if allowed(sampler, 3 + ord(c)):
+                child = llama_cpp.llama_sampler_clone(sampler)
+                llama_cpp.llama_sampler_accept(child, 3 + ord(c))
+                visit(child, prefix + c)
+                llama_cpp.llama_sampler_free(child)
+
+    root = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+    assert root
+    visit(root, "")
+    llama_cpp.llama_sampler_free(root)
+    return found
 
 
 def js(schema, **envelope):
@@ -151,7 +179,10 @@ DRAFT7 = "http://json-schema.org/draft-07/schema#"
 @pytest.mark.parametrize("schema, keyword, where", [
     ({"type": "object", "properties": {"tags": {"type": "array", "items": {}, "uniqueItems": True}}},
      "uniqueItems", "at /properties/tags"),
-    ({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}, "minimum", "at /properties/n"),
+    ({"type": "object", "properties": {"n": {"type": "number", "minimum": 1}}}, "minimum", "at /properties/n"),
+    ({"type": ["number", "null"], "exclusiveMinimum": 0}, "exclusiveMinimum", 'with "type": "number"'),
+    ({"minimum": 0}, "minimum", 'without "type"'),
+    ({"type": "integer", "minimum": 0, "multipleOf": 2}, "multipleOf", "at the root"),
     ({"type": "number", "exclusiveMaximum": 5}, "exclusiveMaximum", "at the root"),
     ({"type": "number", "multipleOf": 0.5}, "multipleOf", "at the root"),
     ({"allOf": [{"type": "object"}]}, "allOf", "at the root"),
@@ -165,7 +196,14 @@ DRAFT7 = "http://json-schema.org/draft-07/schema#"
     ({"$defs": {"a": {"type": "string", "format": "email"}}, "$ref": "#/$defs/a"}, "format", "at /$defs/a"),
     ({"type": "string", "pattern": "^[a-z]+$", "maxLength": 5}, "maxLength", 'next to "pattern"'),
     ({"type": "string", "format": "date", "minLength": 10}, "minLength", 'next to "format"'),
-    ({"type": ["object", "null"], "properties": {"a": {}}}, "properties", "list of types"),
+    ({"type": ["object", "null"], "properties": {"a": {}}, "minProperties": 1}, "minProperties", "at the root"),
+    ({"properties": {"a": {"type": ["string", "null"], "minLength": 1, "not": {}}}}, "not", "at /properties/a"),
+    ({"type": ["string", "null"], "minimum": 0}, "minimum", 'with "type": "string"'),  # no listed type takes it
+    ({"type": ["array", "null"], "items": {}, "uniqueItems": True}, "uniqueItems", "at the root"),
+    ({"properties": {"d": {"type": ["string", "null"], "format": "date", "pattern": "^[0-9]{4}-[0-9]{2}$"}}},
+     "format", 'at /properties/d next to "pattern"'),  # a pattern the format does not imply
+    ({"type": "string", "format": "time", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}, "format", 'next to "pattern"'),
+    ({"type": "string", "format": "email", "pattern": "^[a-z]+$"}, "format", 'next to "pattern"'),
     ({"type": "string", "enum": ["a"], "minLength": 1}, "minLength", 'next to "enum"'),
     ({"type": "string", "const": 1}, "type", 'next to "const"'),
     ({"$ref": "#/$defs/a", "type": "object", "$defs": {"a": {}}}, "type", 'next to "$ref"'),
@@ -205,6 +243,10 @@ def test_unsupported_keyword_is_named_with_its_path(schema, keyword, where):
     ({"$ref": "#/$defs/missing"}, "does not point to a subschema"),
     ({"properties": {"a": {"$ref": "#/properties/b/default"}, "b": {"default": {}}}}, "does not point"),
     ({"$ref": "#/$defs/a", "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}}}, "llama.cpp refused"),
+    ({"type": "integer", "minimum": 10, "maximum": 5}, "no integer"),
+    ({"type": "integer", "exclusiveMinimum": 3, "exclusiveMaximum": 4}, "no integer"),
+    ({"type": "integer", "minimum": MAX_INT + 1}, "at most 16 digits"),
+    ({"oneOf": [{"type": "integer", "minimum": 0}, {"type": "number"}]}, "exactly one"),
 ])
 def test_other_refusals(schema, fragment):
     e = refused(js(schema))
@@ -331,6 +373,199 @@ def test_the_users_schema_is_left_untouched():
     before = json.dumps(schema)
     compile_response_format(js(schema))
     assert json.dumps(schema) == before
+
+
+# --- integer bounds: an exact GBNF range of our own ---------------------------------------------
+
+def test_bounds_on_numbers_say_to_use_integer():
+    e = refused(js({"type": "number", "minimum": 0}))
+    assert '"minimum"' in e.message and 'HINT: use "type": "integer"' in e.message, e.message
+
+
+def test_integer_gbnf_against_brute_force():
+    """The rule read as a regex (it is one: literals, classes, {n}, groups), over every integer of a
+    window and the non-canonical spellings, for many random ranges and all small ones near 0."""
+    strings = [str(n) for n in range(-1100, 1101)] + ["-0", "00", "01", "-01", "007", "+1", "1e2", "", "-"]
+    rng = random.Random(7)
+    ranges = [(lo, hi) for lo in range(-12, 13) for hi in range(lo, 13)]
+    ranges += [sorted((rng.randint(-1050, 1050), rng.randint(-1050, 1050))) for _ in range(1500)]
+    for lo, hi in ranges:
+        regex = re.compile(integer_gbnf(lo, hi).replace('"', "").replace(" ", ""))
+        assert {s for s in strings if regex.fullmatch(s)} == {str(n) for n in range(lo, hi + 1)}, (lo, hi)
+
+
+@pytest.mark.parametrize("bounds, max_len, expected", [
+    ({"minimum": 3, "maximum": 250}, 5, range(3, 251)),
+    ({"minimum": 0}, 4, range(0, 10000)),  # "-0" and 01 never
+    ({"exclusiveMaximum": 0}, 4, range(-999, 0)),
+    ({"exclusiveMinimum": -17.5, "maximum": -3}, 4, range(-17, -2)),
+    ({"minimum": -2.2, "maximum": 12.5, "exclusiveMaximum": 100}, 5, range(-2, 13)),
+    ({"minimum": -5, "exclusiveMaximum": 6}, 5, range(-5, 6)),
+    ({"minimum": 7, "maximum": 7}, 5, range(7, 8)),
+])
+def test_integer_bounds_allow_exactly_the_range(vocab, bounds, max_len, expected):
+    """llama.cpp's sampler over every string of -0123456789 up to max_len characters."""
+    grammar = compile_response_format(js({"type": "integer", **bounds})).grammar
+    assert language(vocab, grammar, "-0123456789", max_len) == {str(n) for n in expected}
+
+
+def test_integer_bounds_at_sixteen_digits(vocab):
+    lo, hi = -123456789012345, 987654321098765
+    grammar = compile_response_format(js({"type": "integer", "minimum": lo, "maximum": hi})).grammar
+    for n in (lo, lo + 1, -1, 0, 1, hi - 1, hi, 10 ** 14, -10 ** 14):
+        assert accepts(vocab, grammar, str(n)), n
+    for n in (lo - 1, hi + 1, -10 ** 15, 10 ** 15):
+        assert not accepts(vocab, grammar, str(n)), n
+    grammar = compile_response_format(js({"type": "integer", "minimum": 0})).grammar  # open: as the converter's
+    assert accepts(vocab, grammar, str(MAX_INT)) and not accepts(vocab, grammar, str(MAX_INT + 1))
+
+
+def test_integer_ranges_in_place(vocab):
+    """Inside objects, behind $refs (twice, and one unused), in a split type list, and in a oneOf."""
+    schema = {"type": "object", "required": ["a", "b", "c", "q"], "additionalProperties": False,
+              "properties": {"a": {"$ref": "#/$defs/n"}, "b": {"$ref": "#/$defs/n"},
+                             "c": {"type": "integer", "maximum": -1}, "q": {"type": ["integer", "null"], "minimum": 0}},
+              "$defs": {"n": {"type": "integer", "minimum": 1, "maximum": 9},
+                        "unused": {"type": "integer", "minimum": 0}}}
+    grammar = compile_response_format(js(schema)).grammar
+    assert "\\u0001" not in grammar
+    ok = '{"a": 1, "b": 9, "c": -1, "q": 0}'
+    for text in (ok, '{"a":5,"b":5,"c":-40,"q":null}', '{"a": 1 , "b": 2, "c": -3, "q": 12 }'):
+        assert accepts(vocab, grammar, text), text
+    for old, new in (('"a": 1', '"a": 0'), ('"b": 9', '"b": 10'), ('"c": -1', '"c": 0'), ('"q": 0', '"q": -1'),
+                     ('"q": 0', '"q": 01'), ('"q": 0', '"q": -0'), ('"q": 0', '"q": 1.5'), ('"q": 0', '"q": "1"')):
+        assert not accepts(vocab, grammar, ok.replace(old, new)), new
+    grammar = compile_response_format(js({"oneOf": [{"type": ["string", "null"], "minLength": 1},
+                                                    {"type": "integer", "minimum": 0}]})).grammar
+    assert all(accepts(vocab, grammar, t) for t in ('"x"', "null", "3")) and not accepts(vocab, grammar, "-3")
+
+
+# --- a list of types with type-specific keywords ----------------------------------------------
+
+@pytest.mark.parametrize("schema, good, bad", [
+    ({"type": ["string", "null"], "minLength": 2, "maxLength": 3}, ['"ab"', 'null'], ['"a"', '"abcd"', '1']),
+    ({"type": ["object", "null"], "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+     ['{"a": 1}', 'null'], ['{}', '{"a": 1, "b": 2}', '"x"']),
+    ({"type": ["array", "string"], "items": {"type": "integer"}, "maxItems": 2, "pattern": "^[a-c]+$"},
+     ['[1, 2]', '[]', '"abc"'], ['[1, 2, 3]', '["a"]', '"abd"', 'null']),
+    ({"type": ["integer", "boolean"], "maximum": 3}, ['3', '-1', 'true'], ['4', '3.5', 'null']),
+    ({"type": ["string", "null"], "format": "date", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"},
+     ['"2026-01-16"', 'null'], ['"2026-1-16"', '"2026-01-16T00:00:00Z"', '""']),
+])
+def test_type_lists_split_by_type(vocab, schema, good, bad):
+    c = compile_response_format(js(schema))
+    for text in good:
+        assert accepts(vocab, c.grammar, text), text
+        assert c.validate(text) == [], text
+    for text in bad:
+        assert not accepts(vocab, c.grammar, text), text
+
+
+# --- a pattern beside a format: only one the format implies ------------------------------------
+
+_RULES = {k: v.content for rules in (PRIMITIVE_RULES, STRING_FORMAT_RULES) for k, v in rules.items()}
+_RULES["space"] = '" "?'  # the converter's SPACE_RULE
+_TOKEN = re.compile(r'\s*("(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[()|?]|[a-z-]+)')
+
+
+def _parse(text: str, i: int = 0):
+    """The GBNF of the converter's format rules (literals, classes, names, groups, |, ?) ->
+    ("alt", [("seq", [item...])...]), an item ("lit", s) | ("cls", chars) | ("ref", name) | ("opt", item)."""
+    alts, seq = [], []
+    while i < len(text) and text[i:].strip():
+        m = _TOKEN.match(text, i)
+        tok, i = m[1], m.end()
+        if tok == ")":
+            break
+        if tok == "|":
+            alts.append(("seq", seq))
+            seq = []
+        elif tok == "?":
+            seq[-1] = ("opt", seq[-1])
+        elif tok == "(":
+            group, i = _parse(text, i)
+            seq.append(group)
+        elif tok[0] == '"':
+            seq.append(("lit", json.loads(tok)))
+        elif tok[0] == "[":
+            chars = [chr(c) for a, b, one in re.findall(r"(.)-(.)|(.)", tok[1:-1])
+                     for c in (range(ord(a), ord(b) + 1) if a else [ord(one)])]
+            seq.append(("cls", chars))
+        else:
+            seq.append(("ref", tok))
+    return ("alt", alts + [("seq", seq)]), i
+
+
+def _generate(node, choose) -> str:
+    kind, arg = node
+    if kind == "alt":
+        return _generate(choose(arg), choose)
+    if kind == "seq":
+        return "".join(_generate(item, choose) for item in arg)
+    if kind == "opt":
+        return choose(["", _generate(arg, choose)])
+    if kind == "cls":
+        return choose(arg)
+    return arg if kind == "lit" else _generate(_parse(_RULES[arg])[0], choose)
+
+
+@pytest.mark.parametrize("fmt, rule", [("date", "date-string"), ("time", "time-string"),
+                                       ("date-time", "date-time-string"), ("uuid", "uuid")])
+def test_each_implied_pattern_matches_every_string_of_its_format(vocab, fmt, rule):
+    """Strings drawn from the converter's own rule text (every first choice, every last, 3000 at
+    random) all match every pattern of the table; llama.cpp accepts a spread of them (the draw reads
+    the rule as llama.cpp does)."""
+    tree, rng = _parse(_RULES[rule])[0], random.Random(fmt)
+    texts = {_generate(tree, lambda xs: xs[0]), _generate(tree, lambda xs: xs[-1])}
+    texts |= {_generate(tree, rng.choice) for _ in range(3000)}
+    grammar = compile_response_format(js({"type": "string", "format": fmt})).grammar
+    for text in sorted(texts)[::150]:
+        assert accepts(vocab, grammar, text), text
+    assert IMPLIED_PATTERNS[fmt]
+    for pattern in sorted(IMPLIED_PATTERNS[fmt]):
+        assert all(re.search(pattern, json.loads(t)) for t in texts), pattern
+        assert compile_response_format(js({"type": "string", "format": fmt, "pattern": pattern})).grammar == grammar
+
+
+# --- the product's own schema -------------------------------------------------------------------
+
+EVAL = Path(__file__).parents[3] / "shared/eval"
+
+
+def _grammar_order(value, node: dict, root: dict):
+    """The converter writes properties in a fixed order: the required ones, then the others, each in
+    the order of "properties"."""
+    if "$ref" in node:
+        node = root["$defs"][node["$ref"].split("/")[-1]]
+    if isinstance(value, dict):
+        props, required = node["properties"], node.get("required", [])
+        keys = [k for k in props if k in required] + [k for k in props if k not in required]
+        return {k: _grammar_order(value[k], props[k], root) for k in keys if k in value}
+    if isinstance(value, list):
+        return [_grammar_order(v, node["items"], root) for v in value]
+    return value
+
+
+@pytest.mark.skipif(not (EVAL / "workorder.schema.json").exists(), reason="no shared/eval/workorder.schema.json")
+def test_the_work_order_schema_allows_every_expected_answer(vocab):
+    schema = json.loads((EVAL / "workorder.schema.json").read_text("utf-8"))
+    c = compile_response_format(js(schema))
+    answers = [json.loads(line)["expected"] for line in (EVAL / "workorders-dev.jsonl").read_text("utf-8").splitlines()
+               if line.strip()]
+    assert answers
+    for answer in answers:
+        assert c.validate(json.dumps(answer, ensure_ascii=False)) == [], answer
+        ordered = _grammar_order(answer, schema, schema)
+        for text in (json.dumps(ordered, ensure_ascii=False), json.dumps(ordered, separators=(",", ":")),
+                     json.dumps(ordered, ensure_ascii=False, separators=(",", ":"))):
+            assert accepts(vocab, c.grammar, text), text
+    first = _grammar_order(answers[0], schema, schema)
+    assert list(answers[0]) != list(first) and not accepts(vocab, c.grammar, json.dumps(answers[0]))  # fixed order
+    item = first["items"][0]
+    for change in ({"due_date": "2026-13-01"}, {"due_date": "16/01/2026"}, {"priority": "asap"},
+                   *({"items": [{**item, **bad}]} for bad in ({"quantity": -1}, {"quantity": 1.5}, {"description": ""}))):
+        assert not accepts(vocab, c.grammar, json.dumps({**first, **change})), change
+    assert accepts(vocab, c.grammar, json.dumps({**first, "items": [{**item, "quantity": 0}], "due_date": None}))
 
 
 # --- validate(): the check after generation ------------------------------------------------------
