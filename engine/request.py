@@ -61,6 +61,7 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: list[str] = field(default_factory=list)
     speculative: SpecParams = field(default_factory=SpecParams)
+    grammar: str | None = None  # GBNF (root rule "root") the output must follow, e.g. from json_schema.py
     sink: Callable[[StreamEvent], None] | None = None
     id: int = field(default_factory=lambda: next(_ids))
     cancelled: threading.Event = field(default_factory=threading.Event)

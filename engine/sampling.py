@@ -50,11 +50,23 @@ class SamplingParams:
                 raise InvalidRequest(f"{name} {why} (got {value})", param=name)
 
 
-class Sampler:
-    """A llama.cpp sampler chain for one request. Penalties see only generated tokens."""
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
 
-    def __init__(self, params: SamplingParams, n_vocab: int, window: int):
+
+class Sampler:
+    """A llama.cpp sampler chain for one request. Penalties see only generated tokens.
+
+    With a grammar (a `grammar.Grammar`), forbidden tokens are masked before the chain, as if
+    the grammar sampler were its first stage; greedy decoding without penalties checks the
+    plain argmax first and masks only when the grammar refuses it (same token, far cheaper).
+    """
+
+    def __init__(self, params: SamplingParams, n_vocab: int, window: int, grammar=None):
         self.params = params
+        self.n_vocab = n_vocab
+        self.grammar = grammar
+        self._fast_greedy = params.greedy and not (params.presence_penalty or params.frequency_penalty)
+        self._data = np.empty(n_vocab if grammar is not None else 0, dtype=_TOKEN_DATA)  # [V]
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         add = lambda s: llama_cpp.llama_sampler_chain_add(chain, s)  # noqa: E731
         if params.presence_penalty or params.frequency_penalty:
@@ -77,15 +89,31 @@ class Sampler:
 
     def sample(self, ctx_ptr, row: int) -> int:
         """Draw from the logits of batch row `row`; also records the token for penalties."""
-        return int(llama_cpp.llama_sampler_sample(self.ptr, ctx_ptr, row))
+        g = self.grammar
+        if g is None:
+            return int(llama_cpp.llama_sampler_sample(self.ptr, ctx_ptr, row))
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx_ptr, row), shape=(self.n_vocab,))  # [V]
+        if self._fast_greedy:
+            token = g.greedy(logits)
+        else:  # what llama_sampler_sample does, on the masked logits
+            d = self._data
+            d["id"] = np.arange(self.n_vocab, dtype=np.int32)
+            d["logit"] = g.mask(logits)
+            d["p"] = 0.0
+            arr = llama_cpp.llama_token_data_array(
+                d.ctypes.data_as(llama_cpp.llama_token_data_p), self.n_vocab, -1, False)
+            llama_cpp.llama_sampler_apply(self.ptr, ctypes.byref(arr))
+            token = int(arr.data[arr.selected].id)  # samplers may reorder the array
+            llama_cpp.llama_sampler_accept(self.ptr, token)
+        g.accept(token)
+        return token
 
     def free(self) -> None:
         if self.ptr:
             llama_cpp.llama_sampler_free(self.ptr)
             self.ptr = None
-
-
-_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
+        if self.grammar is not None:
+            self.grammar.free()
 
 
 class TargetDistribution:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from .grammar import Grammar
 from .model import Model
 from .request import GenerationRequest, StreamEvent, Usage
 from .sampling import Sampler
@@ -24,7 +25,8 @@ class Slot:
     def start(self, req: GenerationRequest, model: Model, max_new: int, spec: SpecState | None = None) -> None:
         self.req = req
         self.spec = spec  # None: this request decodes plainly
-        self.sampler = Sampler(req.sampling, model.n_vocab, window=max_new)
+        grammar = Grammar(model.vocab, model.n_vocab, req.grammar) if req.grammar else None
+        self.sampler = Sampler(req.sampling, model.n_vocab, window=max_new, grammar=grammar)
         self.text = TextStream(model.piece, req.stop)
         self.pending = list(req.prompt_tokens)  # prompt tokens not yet decoded
         self.n_past = 0  # tokens of this sequence in the KV cache

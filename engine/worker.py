@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from .chat import ChatTemplate
 from .context import Context, ContextConfig
 from .errors import ContextLengthExceeded, EngineError, EngineStopped, GenerationFailed, InvalidRequest
+from .grammar import Grammar
 from .model import Model, ModelInfo, batch_invariant_build
 from .request import Completion, GenerationRequest, RequestHandle, StreamEvent
 from .sampling import SamplingParams, TargetDistribution
@@ -158,6 +159,8 @@ class Engine:
                                  f"has: auto, off, {', '.join(self.drafters)}", param="speculative.mode")
         if req.max_tokens is not None and req.max_tokens < 1:
             raise InvalidRequest("max_tokens must be at least 1", param="max_tokens")
+        if req.grammar:
+            Grammar.check(self.model.vocab, req.grammar)
         req.prompt_tokens = self.tokenize_prompt(req.prompt)
         n_prompt = len(req.prompt_tokens)
         if n_prompt == 0:
@@ -177,8 +180,9 @@ class Engine:
 
     def generate(self, prompt: str | list[int], *, max_tokens: int | None = None,
                  sampling: SamplingParams = SamplingParams(), stop: list[str] | None = None,
-                 speculative: SpecParams = SpecParams()) -> RequestHandle:
-        handle = RequestHandle(GenerationRequest(prompt, max_tokens, sampling, list(stop or []), speculative))
+                 speculative: SpecParams = SpecParams(), grammar: str | None = None) -> RequestHandle:
+        handle = RequestHandle(GenerationRequest(prompt, max_tokens, sampling, list(stop or []), speculative,
+                                                 grammar=grammar))
         self.submit(handle.request)
         return handle
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..context import Context
 from ..errors import EngineError
-from . import accept
+from . import accept, constrain
 from .drafter import Drafter, Proposal, SeqView
 from .params import MAX_BLOCK
 from .select import select
@@ -132,13 +132,20 @@ class Stepper:
         return rows
 
     def _accept(self, slot, prop: Proposal, rows: list[int], verify_ms: float) -> list[int]:
-        spec = slot.spec
-        if spec.dist is None:  # temperature 0: the longest prefix the target's argmax agrees with
+        spec, grammar = slot.spec, slot.sampler.grammar
+        if spec.dist is None and grammar is None:  # temperature 0: the longest prefix the target's argmax agrees with
             n, bonus = accept.accept_greedy(prop.tokens, target_argmax(self.ctx, rows))  # target: [T+1]
+        elif spec.dist is None:  # the same, with the grammar's choice at each row
+            n, bonus = constrain.accept_greedy(grammar, prop.tokens, target_argmax(self.ctx, rows),
+                                               lambda i: target_logits(self.ctx, rows[i:i + 1])[0])
         else:  # rejection sampling against the target sampler's own distribution at each row
-            p = np.stack([spec.dist.probs(row) for row in target_logits(self.ctx, rows)])  # [T+1, V]
+            logits = target_logits(self.ctx, rows)  # [T+1, V]
+            p = (np.stack([spec.dist.probs(row) for row in logits]) if grammar is None
+                 else constrain.target_probs(grammar, spec.dist, logits, prop.tokens))  # [T+1, V]
             u = spec.rng.random(2 * len(rows), dtype=np.float32)  # [2(T+1)]
             n, bonus = accept.accept_sample(p, prop.tokens, prop.cand_ids, prop.cand_q, u)
+            if grammar is not None:
+                constrain.advance(grammar, list(prop.tokens[:n]) + [int(bonus)])
         spec.stats.record(len(prop.tokens), n)
         spec.stats.verify_ms += verify_ms
         spec.observe_acceptance(len(prop.tokens), n)

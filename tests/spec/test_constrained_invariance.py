@@ -1,0 +1,223 @@
+"""Greedy invariance under a grammar: constrained speculative output == constrained plain output.
+
+The grammar acts on the target's logits at every verify row, so drafted tokens it forbids
+are rejected like any other disagreement. Drafters: prompt lookup, the trained DFlash 2
+draft that ships with flashdesk, an oracle that knows the constrained answer and plants
+a wrong token (usually one the grammar forbids) at every position in turn, and a drafter
+of random tokens (nearly always forbidden). Plain constrained decoding itself is checked
+against llama.cpp's own grammar sampler chain, token by token. At temperature > 0 the
+constrained speculative sampler must draw like the constrained plain sampler (chi-square).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+import llama_cpp
+import pytest
+
+from conftest import TEST_CTX, dev_prompts
+from drafters import StatelessDrafter
+from engine import Completion, Engine, EngineConfig, SamplingParams
+from engine.context import Context, ContextConfig
+from engine.json_schema import compile_response_format
+from engine.model import Model
+from engine.spec.drafter import Proposal
+from engine.spec.params import SpecParams
+from test_spec_sampling import FixedPathDrafter, chi_square, critical
+
+GREEDY = SamplingParams(temperature=0)
+MAX_TOKENS = 96
+DRAFT = Path(__file__).resolve().parents[2] / "engine" / "drafts" / "smollm2-dflash2.gguf"
+ORDER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "customer": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        "items": {"type": "array", "items": {
+            "type": "object",
+            "properties": {"description": {"type": "string"}, "quantity": {"type": "integer"}},
+            "required": ["description", "quantity"]}},
+        "priority": {"enum": ["low", "normal", "high", "urgent"]},
+    },
+    "required": ["customer", "items", "priority"],
+}
+CONSTRAINTS = {
+    "json_object": compile_response_format({"type": "json_object"}),
+    "order": compile_response_format({"type": "json_schema", "json_schema": {"name": "order", "schema": ORDER_SCHEMA}}),
+}
+SYSTEM = "Extract the order from the message as JSON with the customer, the items and the priority."
+
+
+def cases() -> list[tuple[str, str, list[dict]]]:
+    """(case id, constraint name, messages): dev JSON-extraction prompts and two shop notes."""
+    ps = [p for p in dev_prompts() if p.get("category") == "json_extraction"][:2] or dev_prompts()[:2]
+    notes = ["Walk-in: Lin's Bakery wants 500 A5 flyers and 2 roll-up banners by Friday, urgent.",
+             "老闆～我是巷口早餐店的阿芳 急!! 菜單 A3 10張 要護貝 明天早上就要"]
+    out = [(p["id"], "json_object", p["messages"]) for p in ps]
+    out += [(f"note{i}", "order", [{"role": "system", "content": SYSTEM}, {"role": "user", "content": n}])
+            for i, n in enumerate(notes)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def spec_engine(model_path):
+    eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2, draft=str(DRAFT)))
+    assert "dflash" in eng.drafters, eng.draft_error
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def plain(spec_engine):
+    """case id -> (prompt tokens, constrained plain greedy output tokens)."""
+    out = {}
+    for cid, name, messages in cases():
+        ids = spec_engine.tokenize_prompt(spec_engine.render_chat(messages))
+        c = spec_engine.complete(ids, sampling=GREEDY, max_tokens=MAX_TOKENS, grammar=CONSTRAINTS[name].grammar)
+        out[cid] = (ids, c.tokens)
+    return out
+
+
+def run_all(eng, spec: SpecParams) -> dict[str, Completion]:
+    hs = {cid: eng.generate(eng.render_chat(m), sampling=GREEDY, max_tokens=MAX_TOKENS, speculative=spec,
+                            grammar=CONSTRAINTS[name].grammar) for cid, name, m in cases()}
+    return {cid: Completion.collect(iter(h)) for cid, h in hs.items()}
+
+
+def assert_invariant(plain, results):
+    bad = {k: next((i for i, (a, b) in enumerate(zip(plain[k][1], r.tokens)) if a != b),
+                   min(len(plain[k][1]), len(r.tokens))) for k, r in results.items() if r.tokens != plain[k][1]}
+    assert not bad, f"case -> first differing token position: {bad}"
+
+
+def reference(model_path: str, prompt: list[int], grammar: str, n: int) -> list[int]:
+    """Constrained greedy decoding with llama.cpp's own sampler chain (grammar, then greedy)."""
+    model = Model(model_path)
+    ctx = Context(model, ContextConfig(n_ctx_seq=TEST_CTX, n_seq=1, n_batch=512, n_threads=2))
+    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root"))
+    llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+    try:
+        out, pos, feed = [], 0, list(prompt)
+        while len(out) < n:
+            ctx.batch.clear()
+            rows = [ctx.batch.add(t, pos + j, 0, logits=j == len(feed) - 1) for j, t in enumerate(feed)]
+            ctx.decode(ctx.batch)
+            pos += len(feed)
+            tok = llama_cpp.llama_sampler_sample(chain, ctx.ptr, rows[-1])  # also accepts into the grammar
+            out.append(tok)
+            if model.is_eog(tok):
+                break
+            feed = [tok]
+        return out
+    finally:
+        llama_cpp.llama_sampler_free(chain)
+        ctx.close()
+        model.close()
+
+
+def test_plain_constrained_decoding_is_llama_cpps_grammar_sampler(model_path, plain):
+    for cid, name, _ in cases()[1:3]:
+        ids, got = plain[cid]
+        assert got == reference(model_path, ids, CONSTRAINTS[name].grammar, MAX_TOKENS), cid
+
+
+def test_constrained_output_is_valid(spec_engine, plain):
+    for cid, name, _ in cases():
+        ids, tokens = plain[cid]
+        text = spec_engine.model.detokenize(tokens[:-1] if spec_engine.model.is_eog(tokens[-1]) else tokens)
+        if len(tokens) < MAX_TOKENS:  # closed before the limit: must be valid
+            assert CONSTRAINTS[name].validate(text) == [], (cid, text)
+
+
+@pytest.mark.parametrize("block", [2, 4, 8])
+def test_lookup_is_lossless_under_a_grammar(spec_engine, plain, block):
+    results = run_all(spec_engine, SpecParams(mode="lookup", block=block))
+    assert_invariant(plain, results)
+    assert sum(r.usage.speculation["verifies"] for r in results.values()) > 0
+
+
+@pytest.mark.parametrize("selector", ["walk", "dp"])
+def test_dflash_is_lossless_under_a_grammar(spec_engine, plain, selector):
+    results = run_all(spec_engine, SpecParams(mode="dflash", selector=selector, block=8))
+    assert_invariant(plain, results)
+    stats = [r.usage.speculation for r in results.values()]
+    assert sum(s["accepted"] for s in stats) > 0
+
+
+class WrongTokenOracle(StatelessDrafter):
+    """The constrained answer, with path token `(step % (n_draft + 1))` replaced by another id."""
+
+    name = "grammar-oracle"
+
+    def __init__(self, answers: dict[tuple, list[int]]):
+        self.answers, self.steps = answers, 0
+
+    def propose(self, seqs, n_draft, temperature, unary=False):
+        out = []
+        for s in seqs:
+            prompt = next((p for p in self.answers if list(p) == s.tokens[:len(p)]), None)
+            if prompt is None:
+                out.append(Proposal([]))
+                continue
+            done = len(s.tokens) - len(prompt)
+            path = list(self.answers[prompt][done:done + n_draft])
+            self.steps += 1
+            wrong = self.steps % (n_draft + 1)
+            if wrong < len(path):
+                path[wrong] = (path[wrong] + 7) % 49152
+            out.append(Proposal(path))
+        return out
+
+
+class RandomDrafter(StatelessDrafter):
+    name = "random-tokens"
+
+    def __init__(self):
+        self.rng = random.Random(5)
+
+    def propose(self, seqs, n_draft, temperature, unary=False):
+        return [Proposal([self.rng.randrange(49152) for _ in range(n_draft)]) for _ in seqs]
+
+
+@pytest.mark.parametrize("block", [4, 8])
+def test_rejection_at_every_position_under_a_grammar(spec_engine, plain, block):
+    spec_engine.add_drafter(WrongTokenOracle({tuple(ids): out for ids, out in plain.values()}))
+    results = run_all(spec_engine, SpecParams(mode="grammar-oracle", block=block))
+    assert_invariant(plain, results)
+    accepted_at = [r.usage.speculation["acceptance_by_position"] for r in results.values()]
+    assert any(0 < x < 1 for a in accepted_at for x in a)
+
+
+def test_forbidden_drafts_are_rejected_not_committed(spec_engine, plain):
+    spec_engine.add_drafter(RandomDrafter())
+    results = run_all(spec_engine, SpecParams(mode="random-tokens", block=4))
+    assert_invariant(plain, results)
+
+
+COLOURS = {"type": "object", "properties": {"colour": {"enum": ["red", "green", "blue", "yellow", "black"]}},
+           "required": ["colour"]}
+PROMPT = "<|im_start|>user\nName a colour, as JSON.<|im_end|>\n<|im_start|>assistant\n"
+N = 300
+
+
+def colour_draws(eng, spec: SpecParams, grammar: str, seed0: int) -> Counter:
+    out = Counter()
+    for i in range(N):
+        c = eng.complete(PROMPT, max_tokens=12, speculative=spec, grammar=grammar,
+                         sampling=SamplingParams(temperature=1.0, top_k=3, seed=seed0 + i))
+        out[c.text] += 1
+    return out
+
+
+def test_constrained_sampling_matches_plain_constrained_sampling(spec_engine):
+    grammar = compile_response_format({"type": "json_schema", "json_schema": {"name": "c", "schema": COLOURS}}).grammar
+    greedy = spec_engine.complete(PROMPT, max_tokens=12, sampling=GREEDY, grammar=grammar).tokens
+    spec_engine.add_drafter(FixedPathDrafter(greedy[1:]))
+    a = colour_draws(spec_engine, SpecParams(mode="off"), grammar, 0)
+    b = colour_draws(spec_engine, SpecParams(mode="fixed", block=8), grammar, 50_000)
+    assert len(a) >= 2, f"the target must spread its choices for this test to mean anything: {a}"
+    stat, dof = chi_square(a, b)
+    assert stat < critical(dof), f"chi2 {stat:.1f} ({dof} dof); plain {a}, spec {b}"
