@@ -36,19 +36,38 @@ def usage(u: Usage | None) -> dict | None:
     return out
 
 
-def chat_completion(cid: str, model: str, text: str, reason: str, u: Usage) -> dict:
+def structured(constraint, text: str, reason: str | None) -> dict | None:
+    """flashdesk extension on a choice with a response_format: whether its content is a
+    complete, valid answer. Output cut off by max_tokens is never reported valid."""
+    if constraint is None:
+        return None
+    if reason == "length":
+        errors = ["the answer reached max_tokens before the JSON was complete; HINT: raise max_tokens"]
+    else:
+        errors = constraint.validate(text)
+    return {"valid": not errors, "errors": errors}
+
+
+def chat_completion(cid: str, model: str, text: str, reason: str, u: Usage, check: dict | None = None) -> dict:
+    choice = {"index": 0, "message": {"role": "assistant", "content": text},
+              "logprobs": None, "finish_reason": finish(reason)}
+    if check is not None:
+        choice["structured_output"] = check
     return {
         "id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                     "logprobs": None, "finish_reason": finish(reason)}],
+        "choices": [choice],
         "usage": usage(u),
     }
 
 
-def chat_chunk(cid: str, model: str, created: int, delta: dict, reason: str | None = None) -> dict:
+def chat_chunk(cid: str, model: str, created: int, delta: dict, reason: str | None = None,
+               check: dict | None = None) -> dict:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish(reason)}
+    if check is not None:
+        choice["structured_output"] = check
     return {
         "id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish(reason)}],
+        "choices": [choice],
     }
 
 

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Request
 from sse_starlette.sse import EventSourceResponse
 
 from engine import EngineError, GenerationRequest
+from engine.json_schema import compile_response_format
 
 from . import openai_format as fmt
 from .bridge import events_of, submit, wait_for_disconnect
@@ -42,26 +43,31 @@ async def list_models(request: Request):
 
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
+    constraint = compile_response_format(body.response_format)  # 400 for what it cannot enforce
     engine = _runtime(request).ready_engine(body.model)
     prompt = engine.render_chat(body.chat_messages())
-    req = body.to_engine(prompt)
+    req = body.to_engine(prompt, constraint.grammar if constraint else None)
     events = await submit(engine, req)
     cid, model = fmt.new_id("chatcmpl"), _runtime(request).model.name
     if not body.stream:
         text, ev = await _collect(request, req, events)
-        return fmt.chat_completion(cid, model, text, ev.finish_reason, ev.usage)
+        return fmt.chat_completion(cid, model, text, ev.finish_reason, ev.usage,
+                                   fmt.structured(constraint, text, ev.finish_reason))
 
     created = int(time.time())
 
     async def chunks():
         yield fmt.chat_chunk(cid, model, created, {"role": "assistant", "content": ""})
+        parts = []
         async for ev in events_of(req, events):
             if ev.error is not None:
                 raise ev.error
+            parts.append(ev.text)
             if ev.text:
                 yield fmt.chat_chunk(cid, model, created, {"content": ev.text})
             if ev.final:
-                yield fmt.chat_chunk(cid, model, created, {}, ev.finish_reason)
+                yield fmt.chat_chunk(cid, model, created, {}, ev.finish_reason,
+                                     fmt.structured(constraint, "".join(parts), ev.finish_reason))
                 if body.include_usage:
                     yield fmt.usage_chunk(cid, "chat.completion.chunk", model, created, ev.usage)
 

@@ -2,8 +2,9 @@
 conversion to engine dataclasses (`GenerationRequest`) at the boundary.
 
 Unknown parameters are refused (400 "unsupported parameter") rather than ignored:
-silently dropping e.g. `response_format` or `tools` would hand back output that looks
-valid but was never constrained. Field names and defaults follow OpenAI's API.
+silently dropping e.g. `tools` would hand back output that looks valid but never was.
+`response_format` is checked here only for shape; engine/json_schema.py compiles it
+(and refuses what its grammar could not enforce). Field names and defaults follow OpenAI's API.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class _Sampling(_Strict):
 class ChatCompletionRequest(_Sampling):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    response_format: dict | None = None  # {"type": "text" | "json_object" | "json_schema", ...}
 
     def limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
@@ -109,8 +111,8 @@ class ChatCompletionRequest(_Sampling):
         return [{"role": m.role if m.role != "developer" else "system", "content": m.text()}
                 for m in self.messages]
 
-    def to_engine(self, prompt: str) -> GenerationRequest:
-        return GenerationRequest(prompt, self.limit(), self.sampling(), self.stop, self.spec())
+    def to_engine(self, prompt: str, grammar: str | None = None) -> GenerationRequest:
+        return GenerationRequest(prompt, self.limit(), self.sampling(), self.stop, self.spec(), grammar=grammar)
 
 
 class CompletionRequest(_Sampling):
