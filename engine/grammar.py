@@ -12,6 +12,13 @@ the grammar allows it (the grammar only removes tokens), so one single-token che
 pass over the whole vocabulary for most tokens. llama.cpp's own common sampler does the same.
 Ties go to the lowest id, like llama.cpp's greedy sampler (it keeps id order in the array).
 
+Closing (`close`): a request that must end in valid JSON before max_tokens (the work-order
+API) reserves its last tokens for closing the structure. From there on, among the tokens the
+grammar allows, one that ends the open string, array or object (or writes null, false or 0)
+wins over the model's choice: the answer ends as soon as the grammar lets it, with whatever
+keys it still requires. Plain and speculative decoding close at the same output positions,
+so they still agree token for token.
+
 Never accept a token the grammar forbids: llama.cpp aborts the process on an end-of-generation
 token before the grammar is complete, and throws through its C API on other bad tokens.
 
@@ -30,12 +37,39 @@ from .errors import InvalidRequest
 from .sampling import _TOKEN_DATA
 
 
+_CLOSERS: dict[int, tuple[list[int], list[int]]] = {}  # id(vocab piece function) -> (outside, inside)
+
+
+def closers(piece, n_vocab: int) -> tuple[list[int], list[int]]:
+    """Token ids that close JSON: outside a string (only "]", "}" and blanks, or null / false / 0)
+    and inside one (a quote, then only "]", "}", ",", ":" and blanks). Computed once per vocabulary."""
+    key = id(piece)
+    if key not in _CLOSERS:
+        outside, inside = [], []
+        for t in range(n_vocab):
+            try:
+                text = piece(t).decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            brackets = text and set(text) <= set("]} \n\t") and ("]" in text or "}" in text)
+            if brackets or text.strip() in ("null", "false", "0"):
+                outside.append(t)
+            elif text.startswith('"') and set(text[1:]) <= set("]},: \n\t"):
+                inside.append(t)
+        _CLOSERS[key] = (outside, inside)
+    return _CLOSERS[key]
+
+
 class Grammar:
-    def __init__(self, vocab, n_vocab: int, gbnf: str, root: str = "root"):
+    def __init__(self, vocab, n_vocab: int, gbnf: str, root: str = "root", piece=None):
         self.ptr = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), root.encode("utf-8"))
         if not self.ptr:
             raise InvalidRequest("llama.cpp refused the grammar of this request", param="response_format")
         self.n_vocab = n_vocab
+        self.piece = piece  # token -> bytes; needed by close() only
+        self.in_string = False  # the JSON text so far ends inside a string (tracked for close())
+        self._escaped = False
+        self.closed = False  # close() chose a token at least once
         self._one = np.zeros(1, dtype=_TOKEN_DATA)  # [1] scratch for single-token checks
         self._all = np.zeros(n_vocab, dtype=_TOKEN_DATA)  # [V] scratch for whole-vocabulary masks
 
@@ -70,15 +104,34 @@ class Grammar:
             raise InvalidRequest("the grammar allows no token here", param="response_format")
         return best
 
+    def close(self, logits: np.ndarray) -> int:
+        """The token that closes the structure soonest: the likeliest allowed closer, else the
+        constrained greedy choice (a key or an enum value the grammar still requires)."""
+        outside, inside = closers(self.piece, self.n_vocab)
+        allowed = [t for t in (inside if self.in_string else outside) if self.allows(t)]
+        self.closed = True
+        if allowed:
+            return max(allowed, key=lambda t: (logits[t], -t))  # ties: the lowest id
+        return self.greedy(logits)
+
     def accept(self, token: int) -> None:
         """Advance the parse state past `token` (which the grammar must allow)."""
         llama_cpp.llama_sampler_accept(self.ptr, token)
+        if self.piece is not None:
+            for ch in self.piece(token).decode("utf-8", errors="replace"):
+                if self._escaped:
+                    self._escaped = False
+                elif ch == "\\" and self.in_string:
+                    self._escaped = True
+                elif ch == '"':
+                    self.in_string = not self.in_string
 
     def clone(self) -> "Grammar":
         """An independent copy of the current parse state (for looking ahead along a path)."""
         twin = object.__new__(Grammar)
         twin.ptr = llama_cpp.llama_sampler_clone(self.ptr)
-        twin.n_vocab = self.n_vocab
+        twin.n_vocab, twin.piece = self.n_vocab, self.piece
+        twin.in_string, twin._escaped, twin.closed = self.in_string, self._escaped, self.closed
         twin._one, twin._all = self._one, self._all  # scratch only; the worker thread is single
         return twin
 

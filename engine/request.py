@@ -25,6 +25,8 @@ _ids = itertools.count(1)
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose KV a previous request left (not decoded again)
+    closed_early: bool = False  # the grammar was closed to end within max_tokens (close_within)
     prefill_ms: float = 0.0  # submit -> first token (queueing + prompt processing)
     decode_ms: float = 0.0  # first token -> last token
     speculation: dict | None = None  # SpecStats.as_dict() when the request speculated
@@ -48,6 +50,7 @@ class StreamEvent:
     finish_reason: str | None = None  # "stop" | "length" | "cancelled"
     usage: Usage | None = None  # set on the last event
     error: EngineError | None = None
+    logprobs: list[float] | None = None  # log p of each token under the target (when requested)
 
     @property
     def final(self) -> bool:
@@ -62,6 +65,10 @@ class GenerationRequest:
     stop: list[str] = field(default_factory=list)
     speculative: SpecParams = field(default_factory=SpecParams)
     grammar: str | None = None  # GBNF (root rule "root") the output must follow, e.g. from json_schema.py
+    logprobs: bool = False  # report log p of every output token (StreamEvent.logprobs)
+    # With a grammar: the last close_within of max_tokens close the structure (Grammar.close),
+    # so the answer is complete when it ends; greedy only (sampling requests ignore it)
+    close_within: int = 0
     sink: Callable[[StreamEvent], None] | None = None
     id: int = field(default_factory=lambda: next(_ids))
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -69,7 +76,7 @@ class GenerationRequest:
     prompt_tokens: list[int] = field(default_factory=list)  # filled in by Engine.submit
 
     def cancel(self) -> None:
-        """Ask the worker to stop this request; it frees its KV cells within one step."""
+        """Ask the worker to stop this request; it stops within one step."""
         self.cancelled.set()
 
 
@@ -100,15 +107,18 @@ class Completion:
     tokens: list[int]
     finish_reason: str
     usage: Usage
+    logprobs: list[float] | None = None
 
     @classmethod
     def collect(cls, events: Iterator[StreamEvent]) -> "Completion":
-        text, tokens = [], []
+        text, tokens, logprobs = [], [], []
         for ev in events:
             if ev.error is not None:
                 raise ev.error
             text.append(ev.text)
             tokens.extend(ev.tokens)
+            logprobs.extend(ev.logprobs or [])
             if ev.final:
-                return cls("".join(text), tokens, ev.finish_reason or "stop", ev.usage or Usage())
+                return cls("".join(text), tokens, ev.finish_reason or "stop", ev.usage or Usage(),
+                           logprobs if len(logprobs) == len(tokens) and tokens else None)
         raise RuntimeError("event stream ended without a final event")

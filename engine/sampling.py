@@ -61,10 +61,11 @@ class Sampler:
     plain argmax first and masks only when the grammar refuses it (same token, far cheaper).
     """
 
-    def __init__(self, params: SamplingParams, n_vocab: int, window: int, grammar=None):
+    def __init__(self, params: SamplingParams, n_vocab: int, window: int, grammar=None, close_from: int | None = None):
         self.params = params
         self.n_vocab = n_vocab
         self.grammar = grammar
+        self.close_from = close_from  # output index from which the grammar closes (Grammar.close)
         self._fast_greedy = params.greedy and not (params.presence_penalty or params.frequency_penalty)
         self._data = np.empty(n_vocab if grammar is not None else 0, dtype=_TOKEN_DATA)  # [V]
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
@@ -87,13 +88,17 @@ class Sampler:
             add(llama_cpp.llama_sampler_init_dist(seed & 0xFFFFFFFF))
         self.ptr = chain
 
-    def sample(self, ctx_ptr, row: int) -> int:
-        """Draw from the logits of batch row `row`; also records the token for penalties."""
+    def sample(self, ctx_ptr, row: int, index: int = 0) -> int:
+        """Draw output token number `index` from the logits of batch row `row`; also records
+        the token for penalties."""
         g = self.grammar
         if g is None:
             return int(llama_cpp.llama_sampler_sample(self.ptr, ctx_ptr, row))
         logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx_ptr, row), shape=(self.n_vocab,))  # [V]
-        if self._fast_greedy:
+        if self.close_from is not None and index >= self.close_from:  # greedy requests only (Slot)
+            token = g.close(logits)
+            llama_cpp.llama_sampler_accept(self.ptr, token)  # penalties see it too
+        elif self._fast_greedy:
             token = g.greedy(logits)
         else:  # what llama_sampler_sample does, on the masked logits
             d = self._data

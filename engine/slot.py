@@ -21,19 +21,27 @@ class Slot:
         self.seq_id = seq_id
         self.req: GenerationRequest | None = None
         self.spec: SpecState | None = None
+        self.cached: list[int] = []  # tokens whose KV the last request left (prefix.py)
+        self.cached_drafter = None  # the drafter whose state also covers them
 
-    def start(self, req: GenerationRequest, model: Model, max_new: int, spec: SpecState | None = None) -> None:
+    def start(self, req: GenerationRequest, model: Model, max_new: int, spec: SpecState | None = None,
+              reused: int = 0) -> None:
         self.req = req
         self.spec = spec  # None: this request decodes plainly
-        grammar = Grammar(model.vocab, model.n_vocab, req.grammar) if req.grammar else None
-        self.sampler = Sampler(req.sampling, model.n_vocab, window=max_new, grammar=grammar)
+        grammar = Grammar(model.vocab, model.n_vocab, req.grammar, piece=model.piece) if req.grammar else None
+        # the last close_within tokens are for closing the grammar's structure (Grammar.close)
+        self.close_from = (max(max_new - req.close_within, 0)
+                           if grammar and req.close_within and req.sampling.greedy else None)
+        self.sampler = Sampler(req.sampling, model.n_vocab, window=max_new, grammar=grammar, close_from=self.close_from)
         self.text = TextStream(model.piece, req.stop)
-        self.pending = list(req.prompt_tokens)  # prompt tokens not yet decoded
-        self.n_past = 0  # tokens of this sequence in the KV cache
+        self.pending = list(req.prompt_tokens[reused:])  # prompt tokens not yet decoded
+        self.n_past = reused  # tokens of this sequence in the KV cache
+        self.reused = reused  # prompt tokens whose KV a previous request left
         self.output: list[int] = []
         self.last: int = -1  # last sampled token, decoded next step
         self.max_new = max_new
         self.t_first: float | None = None
+        self.logprobs_step: list[float] | None = None  # of the tokens the last step committed
 
     @property
     def busy(self) -> bool:
@@ -52,6 +60,8 @@ class Slot:
         first = self.t_first or now
         return Usage(
             prompt_tokens=len(self.req.prompt_tokens),
+            cached_tokens=self.reused,
+            closed_early=bool(self.sampler.grammar and self.sampler.grammar.closed),
             completion_tokens=len(self.output),
             prefill_ms=(first - self.req.submitted_at) * 1000.0,
             decode_ms=(now - first) * 1000.0,
@@ -67,9 +77,9 @@ class Slot:
             return False
 
     def release(self) -> None:
+        """Free the request's state (the worker has dealt with the KV cache and drafter first)."""
         self.sampler.free()
         if self.spec is not None:
-            self.spec.drafter.forget(self.seq_id)
             self.spec.free()
             self.spec = None
         self.req = None

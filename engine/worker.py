@@ -2,10 +2,10 @@
 
 Callers (any thread) `submit` a `GenerationRequest`; it is validated and tokenized on
 the caller's thread, so a bad request fails before anything is queued. The worker runs
-continuous batching: every step it admits waiting requests into free slots, drops
-cancelled ones (freeing their KV cells), builds one batch with one token per generating
-slot plus prompt chunks of prefilling slots, decodes it once, and samples each slot
-from its own row. Requests join and leave between steps.
+continuous batching: every step it admits waiting requests into free slots (the one
+whose kept prompt prefix is longest, prefix.py), drops cancelled ones, builds one batch
+with one token per generating slot plus prompt chunks of prefilling slots, decodes it
+once, and samples each slot from its own row. Requests join and leave between steps.
 
 Not HTTP: events go to `request.sink`; the server adapts them to SSE/JSON.
 """
@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from . import prefix
 from .chat import ChatTemplate
 from .context import Context, ContextConfig
 from .errors import ContextLengthExceeded, EngineError, EngineStopped, GenerationFailed, InvalidRequest
@@ -180,9 +181,10 @@ class Engine:
 
     def generate(self, prompt: str | list[int], *, max_tokens: int | None = None,
                  sampling: SamplingParams = SamplingParams(), stop: list[str] | None = None,
-                 speculative: SpecParams = SpecParams(), grammar: str | None = None) -> RequestHandle:
+                 speculative: SpecParams = SpecParams(), grammar: str | None = None,
+                 logprobs: bool = False, close_within: int = 0) -> RequestHandle:
         handle = RequestHandle(GenerationRequest(prompt, max_tokens, sampling, list(stop or []), speculative,
-                                                 grammar=grammar))
+                                                 grammar=grammar, logprobs=logprobs, close_within=close_within))
         self.submit(handle.request)
         return handle
 
@@ -271,17 +273,19 @@ class Engine:
                 waiting.append(r)
         except queue.Empty:
             pass
-        for slot in self._slots:  # lowest free sequence id first keeps batches contiguous
-            if not waiting:
+        while waiting:
+            free = [s for s in self._slots if not s.busy]
+            if not free:
                 break
-            if slot.busy:
-                continue
             req = waiting.pop(0)
             if req.cancelled.is_set():
                 req.sink(StreamEvent(finish_reason="cancelled"))
                 continue
+            slot = prefix.best_slot(free, req.prompt_tokens)
             max_new = req.max_tokens or (self.n_ctx - len(req.prompt_tokens))
-            slot.start(req, self.model, max_new, self._spec_for(req, slot))
+            spec = self._spec_for(req, slot)
+            reused = prefix.reuse(slot, self.ctx, req.prompt_tokens, spec.drafter if spec else None)
+            slot.start(req, self.model, max_new, spec, reused)
 
     def _step(self) -> None:
         active = [s for s in self._slots if s.busy]
@@ -301,6 +305,8 @@ class Engine:
         mode = self.config.spec_mode if p.mode == "auto" else p.mode
         if mode == "auto":
             mode = self._auto_drafter(slot.seq_id)
+            if prefix.costs_reuse(slot, req.prompt_tokens, self.drafters.get(mode)):
+                mode = "lookup"  # re-decoding a long shared prompt would cost more than the draft earns
         s = req.sampling
         if mode == "off" or mode not in self.drafters or not self.spec_enabled:
             return None
@@ -335,6 +341,7 @@ class Engine:
 
     def _cost_curve(self, free_seq: int) -> CostCurve:
         if self._curve is None:  # measured once, on a sequence that is free right now
+            prefix.drop(self._slots[free_seq], self.ctx)
             self._curve = CostCurve.cached(self.ctx, self.config.n_threads, self.config.cost_cache, free_seq)
         return self._curve
 
@@ -342,26 +349,31 @@ class Engine:
         """Append this step's tokens in order; the first end condition discards the rest."""
         if slot.t_first is None:
             slot.t_first = time.perf_counter()
+        lp, slot.logprobs_step = slot.logprobs_step, None
+
+        def event(text: str, done: list[int], reason: str | None = None) -> StreamEvent:
+            return StreamEvent(text, done, reason, logprobs=lp[:len(done)] if lp is not None else None)
+
         text = ""
         for i, token in enumerate(tokens):
             done = tokens[: i + 1]
             slot.output.append(token)
             slot.last = token
             if self.model.is_eog(token):
-                return self._finish(slot, StreamEvent(text + slot.text.flush(), done, "stop"))
+                return self._finish(slot, event(text + slot.text.flush(), done, "stop"))
             text += slot.text.push(token)
             if slot.text.stopped_by is not None:
-                return self._finish(slot, StreamEvent(text, done, "stop"))
+                return self._finish(slot, event(text, done, "stop"))
             # the next decode would put the anchor at position prompt + output - 1
             if len(slot.output) >= slot.max_new or len(slot.req.prompt_tokens) + len(slot.output) >= self.n_ctx:
-                return self._finish(slot, StreamEvent(text + slot.text.flush(), done, "length"))
-        if not slot.emit(StreamEvent(text, list(tokens))):
+                return self._finish(slot, event(text + slot.text.flush(), done, "length"))
+        if not slot.emit(event(text, list(tokens))):
             self._finish(slot, StreamEvent(finish_reason="cancelled"))
 
     def _finish(self, slot: Slot, event: StreamEvent) -> None:
-        """Send the final event, free the sequence's KV cells and the slot."""
+        """Send the final event; keep the committed KV as a prefix for the next request; free the slot."""
         event.usage = slot.usage()
         self._count(event)
         slot.emit(event)
-        self.ctx.forget(slot.seq_id)
+        prefix.keep(slot, self.ctx, ok=event.error is None)
         slot.release()

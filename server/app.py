@@ -12,30 +12,46 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from engine.store import ModelStore
+
 from . import errors, metrics, openai_routes
+from .audit import AuditLog, AuditLogError
 from .runtime import Loader, Runtime, load_engine
 from .security import GuardMiddleware
 from .settings import Settings
+from .workorders import routes as workorder_routes
+from .workorders.templates import TemplateStore
 
 log = logging.getLogger("flashdesk.server")
 
 
 def create_app(settings: Settings, loader: Loader = load_engine) -> FastAPI:
     runtime = Runtime(settings, loader)
+    home = ModelStore(settings.home).home
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         runtime.start()
         try:
+            app.state.audit = AuditLog(home / "workorders.sqlite3")
+        except AuditLogError as e:  # serve everything else; parsing answers 503 with this reason
+            app.state.audit_error = str(e)
+            log.error("%s", e)
+        try:
             yield
         finally:
             runtime.close()
+            if app.state.audit is not None:
+                app.state.audit.close()
 
     app = FastAPI(title="flashdesk", version="0.1.0", lifespan=lifespan, docs_url="/docs", redoc_url=None)
     app.state.runtime = runtime
     app.state.settings = settings
+    app.state.templates = TemplateStore(home / "templates")
+    app.state.audit, app.state.audit_error = None, None
     errors.install(app)
     app.include_router(openai_routes.router)
+    app.include_router(workorder_routes.router)
     app.include_router(metrics.router)
     app.add_middleware(GuardMiddleware, settings=settings)
 

@@ -2,8 +2,7 @@
 
 The engine calls `sink(event)` on its own thread; the sink hands the event to the
 request's event loop with `call_soon_threadsafe`. Leaving the iterator early (client
-gone, task cancelled) cancels the request, and the worker frees its KV cells within
-one step.
+gone, task cancelled) cancels the request, and the worker stops it within one step.
 """
 
 from __future__ import annotations
@@ -11,7 +10,9 @@ from __future__ import annotations
 import asyncio
 from typing import AsyncIterator
 
-from engine import Engine, GenerationRequest, StreamEvent
+from engine import Completion, Engine, GenerationRequest, StreamEvent
+
+from .errors import APIError
 
 
 async def submit(engine: Engine, req: GenerationRequest) -> asyncio.Queue:
@@ -40,3 +41,31 @@ async def wait_for_disconnect(receive) -> None:
         msg = await receive()
         if msg["type"] == "http.disconnect":
             return
+
+
+async def collect(request, req: GenerationRequest, events: asyncio.Queue) -> Completion:
+    """Wait for the whole answer; if the client hangs up first, cancel the generation (499)."""
+
+    async def gather():
+        parts, tokens, logprobs = [], [], []
+        async for ev in events_of(req, events):
+            if ev.error is not None:
+                raise ev.error
+            parts.append(ev.text)
+            tokens += ev.tokens
+            logprobs += ev.logprobs or []
+            if ev.final:
+                return Completion("".join(parts), tokens, ev.finish_reason, ev.usage,
+                                  logprobs if req.logprobs and len(logprobs) == len(tokens) else None)
+
+    work = asyncio.ensure_future(gather())
+    gone = asyncio.ensure_future(wait_for_disconnect(request.receive))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not work.done():
+            work.cancel()  # its finally cancels the engine request
+    if not work.done() or work.cancelled():
+        raise APIError(499, "client closed the connection", code="client_closed")
+    return work.result()

@@ -27,6 +27,7 @@ def usage(u: Usage | None) -> dict | None:
         "prompt_tokens": u.prompt_tokens,
         "completion_tokens": u.completion_tokens,
         "total_tokens": u.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},  # KV reused from the request before
         # flashdesk extension: where the time went
         "timings": {"prefill_ms": round(u.prefill_ms, 2), "decode_ms": round(u.decode_ms, 2),
                     "decode_tokens_per_s": round(u.decode_tok_per_s, 2)},

@@ -8,18 +8,17 @@ fails after it started ends with one `error` event carrying OpenAI error JSON.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
 from fastapi import APIRouter, Request
 from sse_starlette.sse import EventSourceResponse
 
-from engine import EngineError, GenerationRequest
+from engine import EngineError
 from engine.json_schema import compile_response_format
 
 from . import openai_format as fmt
-from .bridge import events_of, submit, wait_for_disconnect
+from .bridge import collect, events_of, submit
 from .errors import APIError, from_engine
 from .runtime import Runtime
 from .schemas import ChatCompletionRequest, CompletionRequest
@@ -50,9 +49,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     events = await submit(engine, req)
     cid, model = fmt.new_id("chatcmpl"), _runtime(request).model.name
     if not body.stream:
-        text, ev = await _collect(request, req, events)
-        return fmt.chat_completion(cid, model, text, ev.finish_reason, ev.usage,
-                                   fmt.structured(constraint, text, ev.finish_reason))
+        done = await collect(request, req, events)
+        return fmt.chat_completion(cid, model, done.text, done.finish_reason, done.usage,
+                                   fmt.structured(constraint, done.text, done.finish_reason))
 
     created = int(time.time())
 
@@ -81,8 +80,8 @@ async def completions(body: CompletionRequest, request: Request):
     events = await submit(engine, req)
     cid, model, created = fmt.new_id("cmpl"), _runtime(request).model.name, int(time.time())
     if not body.stream:
-        text, ev = await _collect(request, req, events)
-        return fmt.text_completion(cid, model, created, text, ev.finish_reason, ev.usage)
+        done = await collect(request, req, events)
+        return fmt.text_completion(cid, model, created, done.text, done.finish_reason, done.usage)
 
     async def chunks():
         async for ev in events_of(req, events):
@@ -94,31 +93,6 @@ async def completions(body: CompletionRequest, request: Request):
                 yield fmt.usage_chunk(cid, "text_completion", model, created, ev.usage)
 
     return _sse(chunks())
-
-
-async def _collect(request: Request, req: GenerationRequest, events: asyncio.Queue):
-    """Wait for the whole answer; if the client hangs up first, cancel the generation."""
-
-    async def gather():
-        parts = []
-        async for ev in events_of(req, events):
-            if ev.error is not None:
-                raise ev.error
-            parts.append(ev.text)
-            if ev.final:
-                return "".join(parts), ev
-
-    work = asyncio.ensure_future(gather())
-    gone = asyncio.ensure_future(wait_for_disconnect(request.receive))
-    try:
-        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        if not work.done():
-            work.cancel()  # its finally cancels the engine request
-    if not work.done() or work.cancelled():
-        raise APIError(499, "client closed the connection", code="client_closed")
-    return work.result()
 
 
 def _sse(chunks) -> EventSourceResponse:

@@ -21,13 +21,18 @@ import numpy as np
 from ..grammar import Grammar
 
 
-def accept_greedy(grammar: Grammar, path: list[int], target_argmax: np.ndarray, row_logits) -> tuple[int, int]:
-    """path [T], target_argmax [T+1] (unconstrained), row_logits(i) -> [V] logits of row i.
+def accept_greedy(grammar: Grammar, path: list[int], target_argmax: np.ndarray, row_logits,
+                  close_at: int) -> tuple[int, int]:
+    """path [T], target_argmax [T+1] (unconstrained), row_logits(i) -> [V] logits of row i;
+    rows from close_at on choose as Grammar.close does (the request is closing its JSON).
     Returns (n_accepted, bonus) as constrained plain decoding would commit them; the
     grammar has advanced over path[:n_accepted] + [bonus]."""
     for i, best in enumerate(target_argmax):
         best = int(best)
-        token = best if grammar.allows(best) else grammar.greedy(row_logits(i), best)
+        if i >= close_at:
+            token = grammar.close(row_logits(i))
+        else:
+            token = best if grammar.allows(best) else grammar.greedy(row_logits(i), best)
         grammar.accept(token)
         if i == len(path) or token != path[i]:
             return i, token

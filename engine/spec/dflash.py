@@ -446,6 +446,18 @@ class DFlashDrafter:
                 unaries[j] = u
         return lattices, unaries, ms
 
+    def keep_prefix(self, seq_id: int, n: int) -> bool:
+        """The sequence's request ended and the next one may share its first `n` positions
+        (engine/prefix.py): keep the draft KV of those, drop the rest. False (and nothing
+        kept) when the draft KV does not hold every one of them."""
+        self._attached()
+        broken = self._flush([self._seq(seq_id)])  # rows observed but not yet injected
+        llama_cpp.llama_memory_seq_rm(self.mem, seq_id, n, -1)
+        if seq_id in broken or int(llama_cpp.llama_memory_seq_pos_max(self.mem, seq_id)) != n - 1:
+            self.forget(seq_id)
+            return False
+        return True
+
     def forget(self, seq_id: int) -> None:
         """Drop every draft KV cell of the sequence (it ended or was cancelled)."""
         self._attached()

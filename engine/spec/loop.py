@@ -25,7 +25,7 @@ from . import accept, constrain
 from .drafter import Drafter, Proposal, SeqView
 from .params import MAX_BLOCK
 from .select import select
-from .verify import add_verify_rows, target_argmax, target_logits
+from .verify import add_verify_rows, target_argmax, target_logits, token_logprobs
 
 
 log = logging.getLogger("flashdesk.engine")
@@ -64,11 +64,14 @@ class Stepper:
                 if slot.seq_id in paths:
                     committed[slot.seq_id] = self._accept(slot, paths[slot.seq_id], r, verify_ms)
                 elif not slot.prefilling and r:
-                    committed[slot.seq_id] = [slot.sampler.sample(self.ctx.ptr, r[-1])]
+                    committed[slot.seq_id] = [slot.sampler.sample(self.ctx.ptr, r[-1], len(slot.output))]
                     if slot.spec is not None and len(r) == 1:  # not the step that ended the prompt
                         slot.spec.stats.plain_steps += 1
                         slot.spec.stats.plain_ms += verify_ms
                 kept = len(committed[slot.seq_id]) if slot.seq_id in paths else len(r)  # anchor + accepted
+                if slot.req.logprobs and slot.seq_id in committed:  # the row each token was chosen at
+                    at = r[:kept] if slot.seq_id in paths else r[-1:]
+                    slot.logprobs_step = token_logprobs(self.ctx, at, committed[slot.seq_id])
                 self._observe(slot, r[:kept])
         finally:
             for slot in slots:
@@ -136,8 +139,9 @@ class Stepper:
         if spec.dist is None and grammar is None:  # temperature 0: the longest prefix the target's argmax agrees with
             n, bonus = accept.accept_greedy(prop.tokens, target_argmax(self.ctx, rows))  # target: [T+1]
         elif spec.dist is None:  # the same, with the grammar's choice at each row
+            close_at = len(rows) if slot.close_from is None else slot.close_from - len(slot.output)
             n, bonus = constrain.accept_greedy(grammar, prop.tokens, target_argmax(self.ctx, rows),
-                                               lambda i: target_logits(self.ctx, rows[i:i + 1])[0])
+                                               lambda i: target_logits(self.ctx, rows[i:i + 1])[0], close_at)
         else:  # rejection sampling against the target sampler's own distribution at each row
             logits = target_logits(self.ctx, rows)  # [T+1, V]
             p = (np.stack([spec.dist.probs(row) for row in logits]) if grammar is None

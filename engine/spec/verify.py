@@ -34,6 +34,14 @@ def target_logits(ctx: Context, rows: list[int]) -> np.ndarray:
     return out
 
 
+def token_logprobs(ctx: Context, rows: list[int], tokens: list[int]) -> list[float]:
+    """log p(token) under the target's unconstrained softmax at each row (confidence, not sampling)."""
+    logits = target_logits(ctx, rows).astype(np.float64)  # [n, V]
+    top = logits.max(axis=1, keepdims=True)  # [n, 1]
+    lse = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))  # [n]
+    return [float(logits[i, t] - lse[i]) for i, t in enumerate(tokens)]
+
+
 def target_argmax(ctx: Context, rows: list[int]) -> np.ndarray:
     """The target's greedy token at each row: [len(rows)] int32 (ties -> lowest id, as llama.cpp).
 

@@ -15,15 +15,13 @@ import random
 from collections import Counter
 from pathlib import Path
 
-import llama_cpp
 import pytest
 
 from conftest import TEST_CTX, dev_prompts
+from reference import greedy_reference
 from drafters import StatelessDrafter
 from engine import Completion, Engine, EngineConfig, SamplingParams
-from engine.context import Context, ContextConfig
 from engine.json_schema import compile_response_format
-from engine.model import Model
 from engine.spec.drafter import Proposal
 from engine.spec.params import SpecParams
 from test_spec_sampling import FixedPathDrafter, chi_square, critical
@@ -92,36 +90,10 @@ def assert_invariant(plain, results):
     assert not bad, f"case -> first differing token position: {bad}"
 
 
-def reference(model_path: str, prompt: list[int], grammar: str, n: int) -> list[int]:
-    """Constrained greedy decoding with llama.cpp's own sampler chain (grammar, then greedy)."""
-    model = Model(model_path)
-    ctx = Context(model, ContextConfig(n_ctx_seq=TEST_CTX, n_seq=1, n_batch=512, n_threads=2))
-    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-    llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root"))
-    llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
-    try:
-        out, pos, feed = [], 0, list(prompt)
-        while len(out) < n:
-            ctx.batch.clear()
-            rows = [ctx.batch.add(t, pos + j, 0, logits=j == len(feed) - 1) for j, t in enumerate(feed)]
-            ctx.decode(ctx.batch)
-            pos += len(feed)
-            tok = llama_cpp.llama_sampler_sample(chain, ctx.ptr, rows[-1])  # also accepts into the grammar
-            out.append(tok)
-            if model.is_eog(tok):
-                break
-            feed = [tok]
-        return out
-    finally:
-        llama_cpp.llama_sampler_free(chain)
-        ctx.close()
-        model.close()
-
-
 def test_plain_constrained_decoding_is_llama_cpps_grammar_sampler(model_path, plain):
     for cid, name, _ in cases()[1:3]:
         ids, got = plain[cid]
-        assert got == reference(model_path, ids, CONSTRAINTS[name].grammar, MAX_TOKENS), cid
+        assert got == greedy_reference(model_path, ids, MAX_TOKENS, CONSTRAINTS[name].grammar), cid
 
 
 def test_constrained_output_is_valid(spec_engine, plain):
@@ -195,6 +167,30 @@ def test_forbidden_drafts_are_rejected_not_committed(spec_engine, plain):
     spec_engine.add_drafter(RandomDrafter())
     results = run_all(spec_engine, SpecParams(mode="random-tokens", block=4))
     assert_invariant(plain, results)
+
+
+CLOSE_AT = 40  # max_tokens 64, the last 24 close the JSON: every case is cut mid-answer
+
+
+@pytest.mark.parametrize("mode", ["off", "lookup", "dflash", "grammar-oracle"])
+def test_closing_early_is_valid_and_lossless(spec_engine, plain, mode):
+    """close_within: from output token CLOSE_AT on, the grammar's closers win; the answer ends
+    complete and valid, and speculation closes at exactly the same tokens."""
+    if mode == "grammar-oracle":
+        spec_engine.add_drafter(WrongTokenOracle({tuple(ids): out for ids, out in plain.values()}))
+    runs = {}
+    for m in ("off", mode):
+        hs = {cid: spec_engine.generate(spec_engine.render_chat(msgs), sampling=GREEDY, max_tokens=64,
+                                        speculative=SpecParams(mode=m, block=4 if m != "off" else None),
+                                        grammar=CONSTRAINTS[name].grammar, close_within=64 - CLOSE_AT)
+              for cid, name, msgs in cases()}
+        runs[m] = {cid: Completion.collect(iter(h)) for cid, h in hs.items()}
+    for cid, name, _ in cases():
+        c = runs["off"][cid]
+        assert c.finish_reason == "stop" and CONSTRAINTS[name].validate(c.text) == [], (cid, c.text)
+        assert c.tokens[:CLOSE_AT] == plain[cid][1][:CLOSE_AT]  # the same answer up to the closing point
+        assert runs[mode][cid].tokens == c.tokens, cid
+    assert any(c.usage.closed_early for c in runs["off"].values())
 
 
 COLOURS = {"type": "object", "properties": {"colour": {"enum": ["red", "green", "blue", "yellow", "black"]}},

@@ -1,0 +1,126 @@
+"""Work-order extraction benchmark: schema validity, field accuracy, and speed per speculation mode.
+
+Runs the API's own pipeline (server/workorders: template prompt, grammar from the schema,
+greedy, review) on the dev cases, without HTTP. For each case the modes run back to back
+(A B C D, the order rotating from case to case) on the same token ids; every mode must
+write exactly plain decoding's tokens. Reports, per mode: decode tok/s (median of cases),
+the ratio to plain (median of per-case decode-time ratios: same tokens, so time ratio =
+speed ratio), the end-to-end ratio (prefill included), tau; and from the plain run:
+JSON/schema validity and per-field accuracy (bench/workorder_score.py, against the shared
+workorder.schema.json). Writes JSON to bench/out/workorders.json.
+
+    .venv/bin/python bench/workorders.py [--modes off,lookup,dflash,auto] [--limit 24] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from conftest import test_home  # noqa: E402
+
+from bench.workorder_score import format_report, score  # noqa: E402
+from engine import Completion, Engine, EngineConfig, RequestHandle  # noqa: E402
+from engine.spec.params import SpecParams  # noqa: E402
+from engine.store import ModelStore, no_progress  # noqa: E402
+from server.workorders import extract  # noqa: E402
+from server.workorders.templates import TemplateStore  # noqa: E402
+
+EVAL = ROOT.parent / "shared" / "eval"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", default=str(EVAL / "workorders-dev.jsonl"))
+    ap.add_argument("--schema", default=str(EVAL / "workorder.schema.json"), help="the schema the scorer checks")
+    ap.add_argument("--template", default="work_order")
+    ap.add_argument("--modes", default="off,lookup,dflash,auto")
+    ap.add_argument("--limit", type=int, default=0, help="first N cases only")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--draft", default="auto", help="auto (the paired draft), none, or a path")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "workorders.json"))
+    a = ap.parse_args()
+
+    cases = [json.loads(line) for line in Path(a.cases).read_text("utf-8").splitlines() if line.strip()]
+    cases = cases[:a.limit] if a.limit else cases
+    model = ModelStore(test_home()).pull("smollm2", progress=no_progress)
+    draft = model.draft_path if a.draft == "auto" else None if a.draft == "none" else a.draft
+    eng = Engine.load(model.path, EngineConfig(n_ctx=a.ctx, n_parallel=1, n_threads=a.threads, draft=draft))
+    template = TemplateStore(None).get(a.template)
+    modes = [m for m in a.modes.split(",") if m == "off" or m == "auto" or m in eng.drafters]
+    runs: dict[str, list[dict]] = {m: [] for m in modes}
+    outputs, mismatches = [], []
+    try:
+        for i, case in enumerate(cases):
+            sent = dt.date.fromisoformat(case["sent"])
+            ref = None
+            for m in modes[i % len(modes):] + modes[:i % len(modes)]:  # rotate who goes first
+                req = extract.request_for(eng, template, case["text"], sent, spec=SpecParams(mode=m))
+                t0 = time.perf_counter()
+                done = Completion.collect(iter(_run(eng, req)))
+                wall = (time.perf_counter() - t0) * 1000.0
+                if ref is None:
+                    ref = done.tokens
+                elif done.tokens != ref:
+                    mismatches.append((case["id"], m))
+                u, s = done.usage, done.usage.speculation or {}
+                runs[m].append({"case": case["id"], "tokens": len(done.tokens), "decode_ms": u.decode_ms,
+                                "prefill_ms": u.prefill_ms, "wall_ms": wall, "finish": done.finish_reason,
+                                "tau": s.get("tau"), "verifies": s.get("verifies", 0), "used": s.get("mode")})
+                if m == modes[0]:
+                    out = extract.assess(eng, template, done, case["text"], sent)
+                    outputs.append(out.result if out.valid else done.text)
+                    runs[m][-1] |= {"valid": out.valid, "needs_review": out.review.needs_review,
+                                    "reasons": out.review.reasons}
+            print(f"{case['id']}: {len(ref)} tokens", file=sys.stderr)
+    finally:
+        eng.close()
+
+    schema = json.loads(Path(a.schema).read_text("utf-8"))
+    report = score(cases, outputs, schema)
+    base = {r["case"]: r for r in runs[modes[0]]}
+    speed = []
+    for m in modes:
+        rs = runs[m]
+        ver = sum(r["verifies"] for r in rs)
+        speed.append({
+            "mode": m,
+            "tok_per_s": round(statistics.median(r["tokens"] / (r["decode_ms"] / 1e3) for r in rs if r["decode_ms"]), 1),
+            "ratio": round(statistics.median(base[r["case"]]["decode_ms"] / r["decode_ms"] for r in rs if r["decode_ms"]), 3),
+            "ratio_end_to_end": round(statistics.median(base[r["case"]]["wall_ms"] / r["wall_ms"] for r in rs), 3),
+            "tau": round(sum((r["tau"] or 0) * r["verifies"] for r in rs) / ver, 2) if ver else None,
+            "used": sorted({r["used"] for r in rs if r["used"]}),
+        })
+    result = {"template": a.template, "cases": len(cases), "threads": a.threads, "ctx": a.ctx, "draft": draft,
+              "baseline": modes[0], "speed": speed, "mismatches": mismatches, "score": report, "runs": runs,
+              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                       text=True).stdout.strip()}
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    print(format_report(report))
+    print(f"\n{'mode':8} {'tok/s':>7} {'ratio':>6} {'e2e':>6} {'tau':>5}  used")
+    for r in speed:
+        print(f"{r['mode']:8} {r['tok_per_s']:7.1f} {r['ratio']:6.3f} {r['ratio_end_to_end']:6.3f} "
+              f"{r['tau'] or '-':>5}  {','.join(r['used'])}")
+    finished = sum(r["finish"] == "stop" for r in runs[modes[0]])
+    print(f"closed before max_tokens: {finished}/{len(cases)}; mismatches against {modes[0]}: {mismatches or 'none'}")
+    return 1 if mismatches else 0
+
+
+def _run(eng: Engine, req) -> RequestHandle:
+    handle = RequestHandle(req)
+    eng.submit(req)
+    return handle
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Prompt prefix reuse: a finished sequence keeps its KV cache, and the next request admitted
+to it decodes only the prompt tokens after the prefix the two share (a chat's earlier turns,
+a work-order template's instructions: often most of the prompt).
+
+Lossless: the CPU build computes a token's KV the same whatever batch it was decoded in
+(the invariance tests check outputs with and without reuse). A drafter that follows the
+target's KV (DFlash: its own KV of injected features) keeps the same prefix through its
+`keep_prefix(seq_id, n) -> bool`; a request that drafts with one that holds nothing for
+the prefix decodes its prompt from the start, so the drafter sees every row. Stateless
+drafters (prompt lookup) read the token history and need nothing.
+
+Not admission policy beyond "the free slot sharing the longest prefix"; no cross-sequence
+copies (llama_memory_seq_cp) yet.
+"""
+
+from __future__ import annotations
+
+from .context import Context
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def best_slot(free: list, prompt: list[int]):
+    """The free slot whose kept prefix is longest for `prompt` (ties: the lowest sequence id)."""
+    return max(free, key=lambda s: (common_prefix(s.cached, prompt), -s.seq_id))
+
+
+def costs_reuse(slot, prompt: list[int], drafter, least: int = 64) -> bool:
+    """Would drafting with `drafter` give up a kept prefix of at least `least` tokens (it is a
+    drafter that follows the KV but holds nothing for it)? Auto mode then prompt-looks-up."""
+    return (drafter is not None and hasattr(drafter, "keep_prefix") and slot.cached_drafter is not drafter
+            and common_prefix(slot.cached, prompt) >= least)
+
+
+def keep(slot, ctx: Context, ok: bool) -> None:
+    """At the end of a request: keep its committed KV for the next one (not after an error)."""
+    n = slot.n_past if ok else 0
+    slot.cached, slot.cached_drafter = slot.history()[:n], None
+    spec = slot.spec
+    if spec is not None:
+        hold = getattr(spec.drafter, "keep_prefix", None)
+        if hold is not None and n and not spec.retired and hold(slot.seq_id, n):
+            slot.cached_drafter = spec.drafter
+        else:
+            spec.drafter.forget(slot.seq_id)
+    ctx.forget(slot.seq_id, n) if n else ctx.forget(slot.seq_id)
+    if not n:
+        slot.cached = []
+
+
+def drop(slot, ctx: Context) -> None:
+    """Forget what the slot kept (the sequence is about to be used for something else)."""
+    if slot.cached_drafter is not None:
+        slot.cached_drafter.forget(slot.seq_id)
+    ctx.forget(slot.seq_id)
+    slot.cached, slot.cached_drafter = [], None
+
+
+def reuse(slot, ctx: Context, prompt: list[int], drafter) -> int:
+    """Trim the slot's kept KV to what `prompt` shares with it; returns the positions reused.
+    At least the last prompt token is always decoded again (its logits start the answer)."""
+    n = min(common_prefix(slot.cached, prompt), len(prompt) - 1)
+    kept = slot.cached_drafter
+    if kept is not None and kept is not drafter:
+        kept.forget(slot.seq_id)  # the new request does not draft with it
+    if drafter is not None and hasattr(drafter, "keep_prefix"):
+        if kept is not drafter or not n or not drafter.keep_prefix(slot.seq_id, n):
+            if kept is drafter:
+                drafter.forget(slot.seq_id)
+            n = 0
+    ctx.forget(slot.seq_id, n) if n else ctx.forget(slot.seq_id)
+    slot.cached, slot.cached_drafter = [], None
+    return max(n, 0)

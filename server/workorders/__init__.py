@@ -1,0 +1,1 @@
+"""The work-order API: templates (data files), the extraction prompt, review checks and routes."""

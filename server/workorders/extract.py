@@ -1,0 +1,89 @@
+"""One extraction, without HTTP: the engine request for a message, and what its answer is worth.
+
+`request_for` renders the template's prompt and sizes the answer to the context; `assess`
+turns the finished completion into the result, its validity, the field confidences and the
+review. Shared by the API route and bench/workorders.py, so the benchmark measures exactly
+what users get.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+
+from engine import Completion, ContextLengthExceeded, Engine, GenerationRequest, InvalidRequest, SamplingParams
+from engine.spec.params import SpecParams
+
+from . import prompt
+from .review import Review, review, without_repeats
+from .spans import field_confidence
+from .templates import Template
+
+ANSWER_TOKENS = 1280  # room kept for the answer unless max_tokens says otherwise (a right answer: 250-600)
+MIN_ANSWER_TOKENS = 256
+
+
+def closing_reserve(schema: dict) -> int:
+    """Tokens kept at the end of the answer for closing its JSON (GenerationRequest.close_within):
+    about 12 per property (a forced key and a null) plus brackets, over every property the
+    schema names, nested ones and $defs included."""
+    def props(node) -> int:
+        if isinstance(node, dict):
+            return len(node.get("properties", {})) + sum(props(v) for v in node.values())
+        if isinstance(node, list):
+            return sum(props(v) for v in node)
+        return 0
+    return 12 * props(schema) + 32
+
+
+@dataclass
+class Outcome:
+    result: dict | None
+    valid: bool
+    errors: list[str]
+    review: Review
+    confidence: dict[str, float] = field(default_factory=dict)
+
+
+def request_for(engine: Engine, template: Template, text: str, sent: dt.date, language: str | None = None,
+                max_tokens: int | None = None, spec: SpecParams = SpecParams()) -> GenerationRequest:
+    """Greedy, grammar-constrained, with token log-probabilities; raises ContextLengthExceeded."""
+    ids = engine.tokenize_prompt(engine.render_chat(prompt.messages(template, text, sent, language)))
+    room = engine.n_ctx - len(ids)
+    reserve = closing_reserve(template.schema)
+    if max_tokens is None and room >= max(MIN_ANSWER_TOKENS, 2 * reserve):
+        max_tokens = min(ANSWER_TOKENS, room)
+    elif max_tokens is None or max_tokens > room or max_tokens < 2 * reserve:
+        if max_tokens is not None and max_tokens < 2 * reserve <= room:
+            raise InvalidRequest(f"max_tokens must be at least {2 * reserve} for this schema: the last {reserve} "
+                                 "tokens are kept for closing the JSON", param="max_tokens")
+        raise ContextLengthExceeded(
+            f"the message ({len(text)} characters) with the template's instructions is {len(ids)} tokens, and "
+            f"this model's context of {engine.n_ctx} tokens leaves no room for {max_tokens or MIN_ANSWER_TOKENS} "
+            "tokens of answer. HINT: send a shorter message (one order per request), or start the server with a "
+            "larger --ctx", param="text")
+    return GenerationRequest(ids, max_tokens, SamplingParams(temperature=0), [], spec,
+                             grammar=template.constraint.grammar, logprobs=True, close_within=reserve)
+
+
+def assess(engine: Engine, template: Template, done: Completion, text: str, sent: dt.date) -> Outcome:
+    if done.finish_reason == "length":
+        errors = ["the answer reached max_tokens before the JSON was complete; HINT: raise max_tokens"]
+    else:
+        errors = template.constraint.validate(done.text)
+    result = json.loads(done.text) if not errors else None
+    confidence, repeats = {}, 0
+    if result is not None and done.logprobs:
+        confidence = field_confidence(done.text, [engine.model.piece(t) for t in done.tokens], done.logprobs)
+    if result is not None:
+        deduped, repeats = without_repeats(result)
+        if repeats and not template.constraint.validate(json.dumps(deduped)):  # e.g. a minItems holds
+            result = deduped
+        else:
+            repeats = 0
+    verdict = review(result, errors, template.required, text, sent, confidence, repeats)
+    if done.usage.closed_early and result is not None:
+        verdict.flag("the answer ran long and was closed early to end within max_tokens: values after that "
+                     "point are empty")
+    return Outcome(result, not errors, errors, verdict, confidence)

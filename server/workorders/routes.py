@@ -1,0 +1,175 @@
+"""The work-order API: parse a free-text message into validated JSON, list the templates,
+and read back or export the audit trail of every parse.
+
+POST /v1/workorders/parse           text + template (or schema) -> result, needs_review, warnings
+GET  /v1/workorders/templates       built-in and user templates (and files that did not load)
+GET  /v1/workorders/templates/{n}   one template with its schema
+GET  /v1/workorders                 the audit trail, newest first, with filters
+GET  /v1/workorders/export          the same as CSV (Excel-ready) or JSONL
+GET  /v1/workorders/{id}            one stored parse
+
+Extraction is greedy (temperature 0) and grammar-constrained by the template's schema, with
+speculation on (prompt lookup shines here: the answer copies spans of the message).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+from pydantic import ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from engine import InvalidRequest
+
+from .. import openai_format as fmt
+from ..audit import AuditLog, ParseRecord
+from ..bridge import collect, submit
+from ..errors import APIError
+from ..schemas import Speculative, _Strict
+from . import extract
+from .templates import Template, from_schema
+
+router = APIRouter(prefix="/v1/workorders")
+MAX_TEXT_CHARS = 50_000  # far beyond any context we serve; refuses megabytes before tokenizing them
+
+
+class ParseRequest(_Strict):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    text: str
+    template: str | None = None
+    schema_: dict | None = Field(None, alias="schema")
+    instructions: str | None = Field(None, max_length=4000, description="with a custom schema: the task, in words")
+    sent_date: dt.date | None = None
+    language: Literal["en", "zh-TW", "zh", "mixed"] | None = None
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=16)
+    speculative: Speculative | None = None
+
+
+def _state(request: Request):
+    return request.app.state
+
+
+def _audit(request: Request) -> AuditLog:
+    audit = _state(request).audit
+    if audit is None:
+        raise APIError(503, f"the work-order audit log could not be opened: {_state(request).audit_error}",
+                       code="audit_unavailable")
+    return audit
+
+
+def _template(request: Request, body: ParseRequest) -> Template:
+    if body.schema_ is not None and body.template is not None:
+        raise InvalidRequest("give either template or schema, not both", param="schema")
+    if body.schema_ is not None:
+        return from_schema(body.schema_, body.instructions)
+    if body.instructions is not None:
+        raise InvalidRequest("instructions go with a custom schema; a template has its own", param="instructions")
+    return _state(request).templates.get(body.template or "work_order")
+
+
+@router.post("/parse")
+async def parse(body: ParseRequest, request: Request):
+    text = body.text.strip()
+    if not text:
+        raise InvalidRequest("text is empty: send the message to parse", param="text")
+    if len(text) > MAX_TEXT_CHARS:
+        raise APIError(400, f"text has {len(text)} characters; at most {MAX_TEXT_CHARS} are accepted. "
+                            "HINT: send one message per request", param="text", code="text_too_long")
+    template = _template(request, body)
+    audit = _audit(request)
+    runtime = _state(request).runtime
+    engine = runtime.ready_engine(body.model)
+    warnings = []
+    sent = body.sent_date or dt.date.today()
+    if body.sent_date is None:
+        warnings.append({"field": "sent_date", "message": f"not given: relative dates were resolved against "
+                                                          f"today ({sent.isoformat()})"})
+    spec = body.speculative.params() if body.speculative else Speculative().params()
+    req = await run_in_threadpool(extract.request_for, engine, template, text, sent, body.language,
+                                  body.max_tokens, spec)
+    events = await submit(engine, req)
+    done = await collect(request, req, events)
+    out = extract.assess(engine, template, done, text, sent)
+    usage = fmt.usage(done.usage)
+    record = ParseRecord(template=template.name, model=runtime.model.name, input_text=body.text,
+                         sent_date=sent.isoformat(), language=body.language, output=out.result, valid=out.valid,
+                         finish_reason=done.finish_reason, needs_review=out.review.needs_review,
+                         review_reasons=out.review.reasons, warnings=warnings + out.review.warnings,
+                         timings=usage["timings"], speculation=usage.get("speculation"),
+                         error=None if out.valid else "; ".join(out.errors))
+    record_id = await run_in_threadpool(audit.record, record)
+    return {
+        "id": record_id, "object": "workorder.parse", "created": int(time.time()), "model": runtime.model.name,
+        "template": template.name, "sent_date": sent.isoformat(), "result": out.result, "valid": out.valid,
+        "errors": out.errors, "needs_review": out.review.needs_review, "review_reasons": out.review.reasons,
+        "warnings": record.warnings, "field_confidence": {k: round(v, 3) for k, v in out.confidence.items()},
+        "finish_reason": fmt.finish(done.finish_reason), "usage": usage,
+    }
+
+
+@router.get("/templates")
+async def templates(request: Request):
+    found, broken = _state(request).templates.all()
+    return {"object": "list", "data": [t.summary() for t in found.values()],
+            "errors": [{"file": f, "message": why} for f, why in broken.items()],
+            "user_folder": str(_state(request).templates.user_dir)}
+
+
+@router.get("/templates/{name}")
+async def template(name: str, request: Request):
+    found, _ = _state(request).templates.all()
+    if name not in found:
+        raise APIError(404, f"no template {name!r}; see GET /v1/workorders/templates", code="template_not_found")
+    return found[name].detail()
+
+
+def _filters(template: str | None, needs_review: bool | None, status: str | None, since: str | None,
+             until: str | None, q: str | None) -> dict:
+    return dict(template=template, needs_review=needs_review, status=status, since=since, until=until, q=q)
+
+
+@router.get("")
+async def list_parses(request: Request, template: str | None = None, needs_review: bool | None = None,
+                      status: str | None = None, since: str | None = None, until: str | None = None,
+                      q: str | None = None, limit: int = Query(50, ge=1, le=1000), offset: int = Query(0, ge=0)):
+    audit, where = _audit(request), _filters(template, needs_review, status, since, until, q)
+    try:
+        data = await run_in_threadpool(lambda: audit.list(**where, limit=limit, offset=offset))
+        total = await run_in_threadpool(lambda: audit.count(**where))
+    except ValueError as e:
+        raise InvalidRequest(str(e)) from None
+    return {"object": "list", "data": data, "total": total, "limit": limit, "offset": offset}
+
+
+@router.get("/export")
+async def export(request: Request, format: Literal["csv", "jsonl"] = "csv", template: str | None = None,
+                 needs_review: bool | None = None, status: str | None = None, since: str | None = None,
+                 until: str | None = None, q: str | None = None):
+    audit = _audit(request)
+    try:
+        chunks = audit.export(format, **_filters(template, needs_review, status, since, until, q))
+        first = next(chunks, "")  # bad filters raise here, before the 200 is sent
+    except ValueError as e:
+        raise InvalidRequest(str(e)) from None
+
+    def body():
+        yield first
+        yield from chunks
+
+    media = "text/csv; charset=utf-8" if format == "csv" else "application/x-ndjson; charset=utf-8"
+    name = f"workorders-{dt.date.today().isoformat()}.{format}"
+    return StreamingResponse(body(), media_type=media, headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+
+@router.get("/{record_id}")
+async def get_parse(record_id: str, request: Request):
+    found = await run_in_threadpool(_audit(request).get, record_id)
+    if found is None:
+        raise APIError(404, f"no stored parse {record_id!r}", code="workorder_not_found")
+    return found

@@ -1,0 +1,72 @@
+"""Where each value of a JSON text lies: (start, end, path) per string, number, true, false and null.
+
+Used to tie the model's per-token confidence to fields ("items[0].quantity"). Not a general
+JSON parser: it reads text that json.loads already accepted (the grammar wrote it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_WS = re.compile(r"[ \t\n\r]*")
+_decoder = json.JSONDecoder()
+
+
+def value_spans(text: str) -> list[tuple[int, int, str]]:
+    out: list[tuple[int, int, str]] = []
+    _value(text, _WS.match(text, 0).end(), "", out)
+    return out
+
+
+def _value(s: str, i: int, path: str, out: list) -> int:
+    c = s[i]
+    if c == "{":
+        i = _WS.match(s, i + 1).end()
+        while s[i] != "}":
+            key, i = _decoder.raw_decode(s, i)
+            i = _WS.match(s, i).end() + 1  # the colon
+            i = _value(s, _WS.match(s, i).end(), f"{path}.{key}" if path else key, out)
+            i = _WS.match(s, i).end()
+            if s[i] == ",":
+                i = _WS.match(s, i + 1).end()
+        return i + 1
+    if c == "[":
+        i, n = _WS.match(s, i + 1).end(), 0
+        while s[i] != "]":
+            i = _WS.match(s, _value(s, i, f"{path}[{n}]", out)).end()
+            n += 1
+            if s[i] == ",":
+                i = _WS.match(s, i + 1).end()
+        return i + 1
+    if c == '"':
+        _, end = _decoder.raw_decode(s, i)
+    elif c in "tfn":
+        end = i + {"t": 4, "f": 5, "n": 4}[c]
+    else:
+        end = _NUMBER.match(s, i).end()
+    out.append((i, end, path))
+    return end
+
+
+def field_confidence(text: str, pieces: list[bytes], logprobs: list[float]) -> dict[str, float]:
+    """path -> the lowest token probability among the tokens that wrote that value.
+
+    Token boundaries are byte offsets (a token may end inside a UTF-8 character), so value
+    spans are converted from characters to bytes before they are compared."""
+    starts, pos = [], 0
+    for p in pieces:
+        starts.append(pos)
+        pos += len(p)
+    raw = text.encode("utf-8")
+    if pos != len(raw):  # pieces do not spell the text (stop strings, flushing): no confidence
+        return {}
+    out: dict[str, float] = {}
+    for a, b, path in value_spans(text):
+        ba, bb = len(text[:a].encode("utf-8")), len(text[:b].encode("utf-8"))
+        ps = [math.exp(lp) for s, p, lp in zip(starts, pieces, logprobs) if s < bb and s + len(p) > ba]
+        if ps:
+            out[path] = min(ps)
+    return out

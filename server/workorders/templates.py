@@ -1,0 +1,141 @@
+"""Work-order templates: a JSON Schema (whose descriptions become the extraction prompt), the
+model's instructions and the business fields a person must see filled, as data files.
+
+Built-in templates ship in `builtin/`; a user adds one by dropping `<name>.json` into
+`<home>/templates/` (a user file with a built-in's name replaces it). A file that does not
+load (bad JSON, unknown keys, a schema the grammar cannot enforce) is listed with its error
+instead of stopping the server. Not the prompt (prompt.py) nor the checks (review.py).
+
+File format: {"name", "title", "description", "instructions", "schema", "review": {"required": [...]}}
+where review.required holds field paths such as "due_date" or "items[].quantity".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.errors import EngineError, InvalidRequest
+from engine.json_schema import Constraint, compile_response_format
+
+BUILTIN = Path(__file__).parent / "builtin"
+NAME_RE = re.compile(r"[a-z0-9_][a-z0-9_-]{0,63}")
+KEYS = {"name", "title", "description", "instructions", "schema", "review"}
+DEFAULT_INSTRUCTIONS = ("You turn one customer message into JSON for a small shop. Copy names, numbers and "
+                        "descriptions from the message as written, in the message's language. Resolve relative "
+                        "dates against the sent date. Use null for anything the message does not say.")
+
+
+@dataclass
+class Template:
+    name: str
+    title: str
+    description: str
+    instructions: str
+    schema: dict
+    required: list[str] = field(default_factory=list)  # business fields a person must see filled
+    source: str = "builtin"  # "builtin" | "user" | "request"
+    constraint: Constraint | None = None
+
+    def summary(self) -> dict:
+        return {"name": self.name, "title": self.title, "description": self.description, "source": self.source,
+                "fields": list(self.schema.get("properties", {})), "review_required": self.required}
+
+    def detail(self) -> dict:
+        return self.summary() | {"instructions": self.instructions, "schema": self.schema}
+
+
+def from_schema(schema, instructions: str | None = None) -> Template:
+    """A request's own `schema`: checked and compiled like a template file's (400 when refused)."""
+    if not isinstance(schema, dict):
+        raise InvalidRequest("schema must be a JSON Schema object", param="schema")
+    t = Template("custom", schema.get("title", "Custom schema"), schema.get("description", ""),
+                 instructions or DEFAULT_INSTRUCTIONS, schema, source="request")
+    t.constraint = _compile(t, param="schema")
+    return t
+
+
+def load_file(path: Path, source: str) -> Template:
+    """One template file -> Template; ValueError saying what is wrong with it."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"not a readable JSON file: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError("a template file holds one JSON object")
+    unknown = set(data) - KEYS
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)}; allowed: {sorted(KEYS)}")
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name != path.stem:
+        raise ValueError(f"name {name!r} must be lower-case letters, digits, _ or - and match the file name")
+    required = (data.get("review") or {}).get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        raise ValueError('review.required must be a list of field paths such as "items[].quantity"')
+    texts = {k: data.get(k, "") for k in ("title", "description", "instructions")}
+    if not all(isinstance(v, str) for v in texts.values()):
+        raise ValueError("title, description and instructions must be strings")
+    t = Template(name, texts["title"] or name, texts["description"], texts["instructions"] or DEFAULT_INSTRUCTIONS,
+                 data.get("schema"), required, source)
+    try:
+        t.constraint = _compile(t, param="schema")
+    except EngineError as e:
+        raise ValueError(e.message) from None
+    return t
+
+
+def _compile(t: Template, param: str) -> Constraint:
+    if not isinstance(t.schema, dict) or t.schema.get("type") != "object":
+        raise InvalidRequest('the schema must describe an object ("type": "object")', param=param)
+    try:
+        return compile_response_format({"type": "json_schema", "json_schema": {"name": "workorder", "schema": t.schema}})
+    except InvalidRequest as e:
+        raise InvalidRequest(e.message.replace("response_format.json_schema.schema", param), param=param) from None
+
+
+class TemplateStore:
+    """Built-in templates plus the user's folder, read again when a file changes."""
+
+    def __init__(self, user_dir: Path | None):
+        self.user_dir = user_dir
+        self._cache: dict[Path, tuple[float, Template | str]] = {}
+
+    def _load(self, path: Path, source: str) -> Template | str:
+        try:
+            mtime = path.stat().st_mtime
+        except OSError as e:
+            return f"cannot read: {e}"
+        hit = self._cache.get(path)
+        if hit and hit[0] == mtime:
+            return hit[1]
+        try:
+            value: Template | str = load_file(path, source)
+        except ValueError as e:
+            value = str(e)
+        self._cache[path] = (mtime, value)
+        return value
+
+    def all(self) -> tuple[dict[str, Template], dict[str, str]]:
+        """(name -> template, file name -> why it was not loaded)."""
+        found, broken = {}, {}
+        folders = [(BUILTIN, "builtin")] + ([(self.user_dir, "user")] if self.user_dir and self.user_dir.is_dir() else [])
+        for folder, source in folders:
+            for path in sorted(folder.glob("*.json")):
+                t = self._load(path, source)
+                if isinstance(t, Template):
+                    found[t.name] = t
+                else:
+                    broken[path.name] = t
+        return found, broken
+
+    def get(self, name: str) -> Template:
+        found, broken = self.all()
+        if name in found:
+            return found[name]
+        why = broken.get(f"{name}.json")
+        if why:
+            raise InvalidRequest(f"template {name!r} could not be loaded: {why}", param="template")
+        raise InvalidRequest(f"unknown template {name!r}; available: {', '.join(sorted(found))} "
+                             "(GET /v1/workorders/templates)", param="template")
