@@ -1,0 +1,140 @@
+"""The work-order checks without a model: value spans and field confidence, review reasons,
+repeated items, templates as files, and the prompt's field guide."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+
+import pytest
+
+from engine.errors import InvalidRequest
+from server.workorders import prompt
+from server.workorders.review import review, without_repeats
+from server.workorders.spans import field_confidence, value_spans
+from server.workorders.templates import TemplateStore, from_schema, load_file
+
+SENT = dt.date(2026, 3, 5)
+MESSAGE = "Hi, Oakleaf Tea (07700 900455) here: 2,500 kraft mailer boxes, one dozen samples, by 2026-04-10."
+
+
+def order(**kw) -> dict:
+    base = {"customer_name": "Oakleaf Tea", "contact": "07700 900455", "order_type": "new_order",
+            "items": [{"description": "mailer box", "quantity": 2500, "unit": "pcs"},
+                      {"description": "sample", "quantity": 12, "unit": "pcs"}],
+            "due_date": "2026-04-10", "priority": "normal", "needs_review": False}
+    return base | kw
+
+
+REQUIRED = ["customer_name", "items", "items[].quantity", "due_date"]
+
+
+def test_value_spans_follow_the_json_text():
+    text = '{ "a": 1, "b": [ {"c": "x\\"y"}, null, true ], "d": {"e": -2.5e3}, "f": "中文" }'
+    spans = {path: text[a:b] for a, b, path in value_spans(text)}
+    assert spans == {"a": "1", "b[0].c": '"x\\"y"', "b[1]": "null", "b[2]": "true", "d.e": "-2.5e3", "f": '"中文"'}
+
+
+def test_field_confidence_takes_the_least_sure_token_of_each_value():
+    text = '{"q": 12, "s": "中文"}'
+    raw = text.encode()
+    cut = [0, 6, 8, 9, 16, 19, len(raw)]  # a token boundary inside the first Chinese character
+    pieces = [raw[a:b] for a, b in zip(cut, cut[1:])]
+    lp = [math.log(p) for p in (0.9, 0.2, 0.95, 0.99, 0.5, 0.8)]
+    conf = field_confidence(text, pieces, lp)
+    assert conf["q"] == pytest.approx(0.2) and conf["s"] == pytest.approx(0.5)
+    assert field_confidence(text, pieces[:-1], lp[:-1]) == {}  # pieces that do not spell the text
+
+
+def test_a_clean_order_needs_no_review():
+    r = review(order(), [], REQUIRED, MESSAGE, SENT, {"due_date": 0.9})
+    assert not r.needs_review and r.reasons == [] and r.warnings == []
+
+
+@pytest.mark.parametrize("change,reason", [
+    ({"due_date": None}, "missing due_date"),
+    ({"customer_name": ""}, "missing customer_name"),
+    ({"items": []}, "missing items"),
+    ({"items": [{"description": "box", "quantity": None}]}, "missing items[0].quantity"),
+    ({"needs_review": True}, "the model marked this message for review"),
+    ({"due_date": "2026-03-01"}, "before the message was sent"),
+    ({"due_date": "2026-02-30"}, "not a calendar date"),
+    ({"items": [{"description": "box", "quantity": 3000}]}, "items[0].quantity 3000 does not appear"),
+    ({"contact": "0912-345-678"}, "contact '0912-345-678' does not appear"),
+])
+def test_each_problem_is_a_reason(change, reason):
+    r = review(order(**change), [], REQUIRED, MESSAGE, SENT, {})
+    assert r.needs_review and any(reason in x for x in r.reasons), r.reasons
+
+
+def test_numbers_in_words_and_with_commas_count_as_written():
+    r = review(order(items=[{"description": "sample", "quantity": 12}, {"description": "box", "quantity": 2500}]),
+               [], REQUIRED, MESSAGE, SENT, {})
+    assert not r.needs_review, r.reasons
+
+
+def test_an_invalid_answer_is_flagged_with_its_errors():
+    r = review(None, ["the answer reached max_tokens"], REQUIRED, MESSAGE, SENT, {})
+    assert r.needs_review and "max_tokens" in r.reasons[0]
+
+
+def test_low_confidence_flags_required_fields_and_warns_on_others():
+    r = review(order(), [], REQUIRED, MESSAGE, SENT, {"items[1].quantity": 0.1, "priority": 0.2})
+    assert any("uncertain items[1].quantity" in x for x in r.reasons)
+    assert not any("priority" in x for x in r.reasons)
+    assert {w["field"] for w in r.warnings} == {"items[1].quantity", "priority"}
+
+
+def test_a_name_not_in_the_message_is_a_warning():
+    r = review(order(customer_name="Oak Leaf Teas Ltd"), [], REQUIRED, MESSAGE, SENT, {})
+    assert [w["field"] for w in r.warnings] == ["customer_name"] and not r.needs_review
+
+
+def test_repeated_items_are_removed_once_in_a_row():
+    a, b = {"description": "box"}, {"description": "lid"}
+    out, n = without_repeats({"items": [a, a, a, b, a], "notes": "x"})
+    assert out["items"] == [a, b, a] and n == 2 and out["notes"] == "x"
+
+
+def test_builtin_templates_load_and_their_guides_cover_every_field():
+    found, broken = TemplateStore(None).all()
+    assert set(found) == {"work_order", "quote_request", "complaint"} and broken == {}
+    for t in found.values():
+        guide = "\n".join(prompt.field_guide(t.schema))
+        for name in t.schema["properties"]:
+            assert f"- {name}" in guide
+        assert t.constraint.grammar and all(f.split("[]")[0].split(".")[0] in t.schema["properties"]
+                                            for f in t.required)
+    msgs = prompt.messages(found["work_order"], "  500 flyers  ", SENT, "zh-TW")
+    assert msgs[1]["content"] == "Sent: 2026-03-05 (Thursday)\nLanguage: Traditional Chinese\n\n500 flyers"
+    assert "items[].quantity" in msgs[0]["content"]
+
+
+def test_user_template_files_are_checked(tmp_path):
+    good = {"name": "mine", "schema": {"type": "object", "properties": {"a": {"type": "string"}}}}
+    (tmp_path / "mine.json").write_text(json.dumps(good))
+    (tmp_path / "work_order.json").write_text(json.dumps(good | {"name": "work_order", "title": "Ours"}))
+    bad = {"wrong_name.json": good, "extra.json": good | {"name": "extra", "colour": 1},
+           "nonobject.json": {"name": "nonobject", "schema": {"type": "string"}},
+           "unenforceable.json": {"name": "unenforceable",
+                                  "schema": {"type": "object", "properties": {"n": {"type": "number", "minimum": 1}}}}}
+    for name, body in bad.items():
+        (tmp_path / name).write_text(json.dumps(body))
+    found, broken = TemplateStore(tmp_path).all()
+    assert found["mine"].source == "user" and found["work_order"].title == "Ours"  # a user file replaces a built-in
+    assert set(broken) == set(bad)
+    assert "minimum" in broken["unenforceable.json"] and "match the file name" in broken["wrong_name.json"]
+    with pytest.raises(ValueError):
+        load_file(tmp_path / "extra.json", "user")
+    with pytest.raises(InvalidRequest) as e:
+        TemplateStore(tmp_path).get("nonobject")
+    assert e.value.param == "template"
+
+
+def test_a_custom_schema_is_compiled_or_refused():
+    t = from_schema({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}})
+    assert t.name == "custom" and t.constraint.validate('{"a": 3}') == []
+    with pytest.raises(InvalidRequest) as e:
+        from_schema({"type": "object", "properties": {"a": {"not": {}}}})
+    assert e.value.param == "schema" and "not" in e.value.message
