@@ -32,7 +32,7 @@ from engine import Completion, Engine, EngineConfig, RequestHandle  # noqa: E402
 from engine.spec.params import SpecParams  # noqa: E402
 from engine.store import ModelStore, no_progress  # noqa: E402
 from server.workorders import extract  # noqa: E402
-from server.workorders.templates import TemplateStore  # noqa: E402
+from server.workorders.templates import TemplateStore, load_file  # noqa: E402
 
 EVAL = ROOT.parent / "shared" / "eval"
 
@@ -41,7 +41,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", default=str(EVAL / "workorders-dev.jsonl"))
     ap.add_argument("--schema", default=str(EVAL / "workorder.schema.json"), help="the schema the scorer checks")
-    ap.add_argument("--template", default="work_order")
+    ap.add_argument("--template", default="work_order", help="a template name, or a template file to try")
     ap.add_argument("--modes", default="off,lookup,dflash,auto")
     ap.add_argument("--limit", type=int, default=0, help="first N cases only")
     ap.add_argument("--threads", type=int, default=2)
@@ -55,7 +55,8 @@ def main() -> int:
     model = ModelStore(test_home()).pull("smollm2", progress=no_progress)
     draft = model.draft_path if a.draft == "auto" else None if a.draft == "none" else a.draft
     eng = Engine.load(model.path, EngineConfig(n_ctx=a.ctx, n_parallel=1, n_threads=a.threads, draft=draft))
-    template = TemplateStore(None).get(a.template)
+    template = (load_file(Path(a.template), "user") if a.template.endswith(".json")
+                else TemplateStore(None).get(a.template))
     modes = [m for m in a.modes.split(",") if m == "off" or m == "auto" or m in eng.drafters]
     runs: dict[str, list[dict]] = {m: [] for m in modes}
     outputs, mismatches = [], []

@@ -28,6 +28,7 @@ References: llama.cpp `include/llama.h` (llama_sampler_init_grammar), `src/llama
 from __future__ import annotations
 
 import ctypes
+import weakref
 
 import llama_cpp
 import numpy as np
@@ -37,13 +38,13 @@ from .errors import InvalidRequest
 from .sampling import _TOKEN_DATA
 
 
-_CLOSERS: dict[int, tuple[list[int], list[int]]] = {}  # id(vocab piece function) -> (outside, inside)
+_CLOSERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (outside, inside)
 
 
 def closers(piece, n_vocab: int) -> tuple[list[int], list[int]]:
     """Token ids that close JSON: outside a string (only "]", "}" and blanks, or null / false / 0)
     and inside one (a quote, then only "]", "}", ",", ":" and blanks). Computed once per vocabulary."""
-    key = id(piece)
+    key = getattr(piece, "__self__", piece)  # the model a bound `piece` belongs to
     if key not in _CLOSERS:
         outside, inside = [], []
         for t in range(n_vocab):

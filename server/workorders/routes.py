@@ -23,7 +23,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from engine import InvalidRequest
+from engine import EngineError, InvalidRequest
 
 from .. import openai_format as fmt
 from ..audit import AuditLog, ParseRecord
@@ -93,12 +93,19 @@ async def parse(body: ParseRequest, request: Request):
     spec = body.speculative.params() if body.speculative else Speculative().params()
     req = await run_in_threadpool(extract.request_for, engine, template, text, sent, body.language,
                                   body.max_tokens, spec)
-    events = await submit(engine, req)
-    done = await collect(request, req, events)
+    about = dict(template=template.name, model=runtime.model.name, input_text=body.text,
+                 sent_date=sent.isoformat(), language=body.language)
+    try:
+        events = await submit(engine, req)
+        done = await collect(request, req, events)
+    except (EngineError, APIError) as e:  # the trail keeps failed parses too (a hang-up is a 499)
+        await run_in_threadpool(audit.record, ParseRecord(
+            **about, output=None, valid=False, finish_reason="error", needs_review=True,
+            review_reasons=["the parse failed"], warnings=warnings, error=getattr(e, "message", str(e))))
+        raise
     out = extract.assess(engine, template, done, text, sent)
     usage = fmt.usage(done.usage)
-    record = ParseRecord(template=template.name, model=runtime.model.name, input_text=body.text,
-                         sent_date=sent.isoformat(), language=body.language, output=out.result, valid=out.valid,
+    record = ParseRecord(**about, output=out.result, valid=out.valid,
                          finish_reason=done.finish_reason, needs_review=out.review.needs_review,
                          review_reasons=out.review.reasons, warnings=warnings + out.review.warnings,
                          timings=usage["timings"], speculation=usage.get("speculation"),

@@ -6,12 +6,16 @@ Built-in templates ship in `builtin/`; a user adds one by dropping `<name>.json`
 load (bad JSON, unknown keys, a schema the grammar cannot enforce) is listed with its error
 instead of stopping the server. Not the prompt (prompt.py) nor the checks (review.py).
 
-File format: {"name", "title", "description", "instructions", "schema", "review": {"required": [...]}}
-where review.required holds field paths such as "due_date" or "items[].quantity".
+File format: {"name", "title", "description", "instructions", "schema", "review": {"required": [...]},
+"guide": "full" | "brief", "examples": [{"text", "sent_date", "output"}]} where review.required
+holds field paths such as "due_date" or "items[].quantity", guide says whether the prompt
+quotes the schema's descriptions whole or their first sentences, and each example's output
+must be valid under the schema (it is shown to the model as a worked answer).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from dataclasses import dataclass, field
@@ -22,7 +26,7 @@ from engine.json_schema import Constraint, compile_response_format
 
 BUILTIN = Path(__file__).parent / "builtin"
 NAME_RE = re.compile(r"[a-z0-9_][a-z0-9_-]{0,63}")
-KEYS = {"name", "title", "description", "instructions", "schema", "review"}
+KEYS = {"name", "title", "description", "instructions", "schema", "review", "guide", "examples"}
 DEFAULT_INSTRUCTIONS = ("You turn one customer message into JSON for a small shop. Copy names, numbers and "
                         "descriptions from the message as written, in the message's language. Resolve relative "
                         "dates against the sent date. Use null for anything the message does not say.")
@@ -38,6 +42,8 @@ class Template:
     required: list[str] = field(default_factory=list)  # business fields a person must see filled
     source: str = "builtin"  # "builtin" | "user" | "request"
     constraint: Constraint | None = None
+    guide: str = "full"  # "full" | "brief": how much of each description the prompt quotes
+    examples: list[dict] = field(default_factory=list)  # {"text", "sent_date", "output"}
 
     def summary(self) -> dict:
         return {"name": self.name, "title": self.title, "description": self.description, "source": self.source,
@@ -78,12 +84,30 @@ def load_file(path: Path, source: str) -> Template:
     if not all(isinstance(v, str) for v in texts.values()):
         raise ValueError("title, description and instructions must be strings")
     t = Template(name, texts["title"] or name, texts["description"], texts["instructions"] or DEFAULT_INSTRUCTIONS,
-                 data.get("schema"), required, source)
+                 data.get("schema"), required, source, guide=data.get("guide", "full"),
+                 examples=data.get("examples", []))
+    if t.guide not in ("full", "brief"):
+        raise ValueError('guide must be "full" or "brief"')
     try:
         t.constraint = _compile(t, param="schema")
     except EngineError as e:
         raise ValueError(e.message) from None
+    for i, ex in enumerate(t.examples if isinstance(t.examples, list) else [None]):
+        problems = _example_problems(ex, t.constraint)
+        if problems:
+            raise ValueError(f"examples[{i}]: {problems}")
     return t
+
+
+def _example_problems(ex, constraint: Constraint) -> str:
+    if not isinstance(ex, dict) or set(ex) != {"text", "sent_date", "output"} or not isinstance(ex["text"], str):
+        return 'an example is {"text": "...", "sent_date": "YYYY-MM-DD", "output": {...}}'
+    try:
+        dt.date.fromisoformat(ex["sent_date"])
+    except (TypeError, ValueError):
+        return f"sent_date {ex['sent_date']!r} is not YYYY-MM-DD"
+    errors = constraint.validate(json.dumps(ex["output"]))
+    return f"output does not match the schema: {errors[0]}" if errors else ""
 
 
 def _compile(t: Template, param: str) -> Constraint:
