@@ -138,3 +138,19 @@ def test_a_custom_schema_is_compiled_or_refused():
     with pytest.raises(InvalidRequest) as e:
         from_schema({"type": "object", "properties": {"a": {"not": {}}}})
     assert e.value.param == "schema" and "not" in e.value.message
+
+
+def test_examples_must_match_the_schema_and_become_turns(tmp_path):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    good = {"name": "ex", "schema": schema, "guide": "brief",
+            "examples": [{"text": "a is five", "sent_date": "2026-01-02", "output": {"a": 5}}]}
+    (tmp_path / "ex.json").write_text(json.dumps(good))
+    t = load_file(tmp_path / "ex.json", "user")
+    msgs = prompt.messages(t, "a is six", SENT)
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert json.loads(msgs[2]["content"]) == {"a": 5} and msgs[1]["content"].endswith("a is five")
+    for bad in ({"text": "x", "sent_date": "2026-01-02", "output": {"a": "five"}},
+                {"text": "x", "sent_date": "soon", "output": {"a": 5}}, {"text": "x"}):
+        (tmp_path / "ex.json").write_text(json.dumps(good | {"examples": [bad]}))
+        with pytest.raises(ValueError, match="examples"):
+            load_file(tmp_path / "ex.json", "user")
