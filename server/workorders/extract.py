@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from engine import Completion, ContextLengthExceeded, Engine, GenerationRequest, InvalidRequest, SamplingParams
 from engine.spec.params import SpecParams
 
-from . import prompt
+from . import dates, prompt
 from .review import Review, review, without_repeats
 from .spans import field_confidence
 from .templates import Template
@@ -67,6 +67,25 @@ def request_for(engine: Engine, template: Template, text: str, sent: dt.date, la
                              grammar=template.constraint.grammar, logprobs=True, close_within=reserve)
 
 
+def _resolve_date(template: Template, result: dict, text: str, sent: dt.date, notes: list) -> dict:
+    """The template's date field from the message's own date words (dates.py), when that keeps
+    the result valid; a note says what changed, and several candidate dates need review."""
+    key = template.date_field
+    if not key or key not in result:
+        return result
+    found, mentions, conflict = dates.due_date(text, sent)
+    value, wrote = (found.isoformat() if found else None), result[key]
+    said = ", ".join(f"{m.text!r} = {m.date.isoformat()}" for m in mentions)
+    if value != wrote:
+        candidate = dict(result, **{key: value})
+        if not template.constraint.validate(json.dumps(candidate)):
+            result = candidate
+            notes.append((key, f"the model wrote {wrote!r}; from the message: {said or 'no date'}", False))
+    if conflict:
+        notes.append((key, f"the message gives several dates ({said}); the earliest is used", True))
+    return result
+
+
 def assess(engine: Engine, template: Template, done: Completion, text: str, sent: dt.date) -> Outcome:
     if done.finish_reason == "length":
         errors = ["the answer reached max_tokens before the JSON was complete; HINT: raise max_tokens"]
@@ -76,13 +95,19 @@ def assess(engine: Engine, template: Template, done: Completion, text: str, sent
     confidence, repeats = {}, 0
     if result is not None and done.logprobs:
         confidence = field_confidence(done.text, [engine.model.piece(t) for t in done.tokens], done.logprobs)
+    notes: list[tuple[str, str, bool]] = []  # (field, message, needs review)
     if result is not None:
         deduped, repeats = without_repeats(result)
         if repeats and not template.constraint.validate(json.dumps(deduped)):  # e.g. a minItems holds
             result = deduped
         else:
             repeats = 0
+        result = _resolve_date(template, result, text, sent, notes)
     verdict = review(result, errors, template.required, text, sent, confidence, repeats)
+    for path, message, flag in notes:
+        verdict.warn(path, message)
+        if flag:
+            verdict.flag(message)
     if done.usage.closed_early and result is not None:
         verdict.flag("the answer ran long and was closed early to end within max_tokens: values after that "
                      "point are empty")

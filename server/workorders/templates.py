@@ -7,10 +7,13 @@ load (bad JSON, unknown keys, a schema the grammar cannot enforce) is listed wit
 instead of stopping the server. Not the prompt (prompt.py) nor the checks (review.py).
 
 File format: {"name", "title", "description", "instructions", "schema", "review": {"required": [...]},
-"guide": "full" | "brief", "examples": [{"text", "sent_date", "output"}]} where review.required
+"guide": "full" | "brief", "examples": [{"text", "sent_date", "output"}], "date_field": "due_date"}
+where review.required
 holds field paths such as "due_date" or "items[].quantity", guide says whether the prompt
 quotes the schema's descriptions whole or their first sentences, and each example's output
-must be valid under the schema (it is shown to the model as a worked answer).
+must be valid under the schema (it is shown to the model as a worked answer). date_field names a
+top-level date property that dates.py fills from the message's own date words (the model's
+arithmetic on "next Friday" is unreliable).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from engine.json_schema import Constraint, compile_response_format
 
 BUILTIN = Path(__file__).parent / "builtin"
 NAME_RE = re.compile(r"[a-z0-9_][a-z0-9_-]{0,63}")
-KEYS = {"name", "title", "description", "instructions", "schema", "review", "guide", "examples"}
+KEYS = {"name", "title", "description", "instructions", "schema", "review", "guide", "examples", "date_field"}
 DEFAULT_INSTRUCTIONS = ("You turn one customer message into JSON for a small shop. Copy names, numbers and "
                         "descriptions from the message as written, in the message's language. Resolve relative "
                         "dates against the sent date. Use null for anything the message does not say.")
@@ -44,6 +47,7 @@ class Template:
     constraint: Constraint | None = None
     guide: str = "full"  # "full" | "brief": how much of each description the prompt quotes
     examples: list[dict] = field(default_factory=list)  # {"text", "sent_date", "output"}
+    date_field: str | None = None  # a top-level date property resolved from the message (dates.py)
 
     def summary(self) -> dict:
         return {"name": self.name, "title": self.title, "description": self.description, "source": self.source,
@@ -85,9 +89,11 @@ def load_file(path: Path, source: str) -> Template:
         raise ValueError("title, description and instructions must be strings")
     t = Template(name, texts["title"] or name, texts["description"], texts["instructions"] or DEFAULT_INSTRUCTIONS,
                  data.get("schema"), required, source, guide=data.get("guide", "full"),
-                 examples=data.get("examples", []))
+                 examples=data.get("examples", []), date_field=data.get("date_field"))
     if t.guide not in ("full", "brief"):
         raise ValueError('guide must be "full" or "brief"')
+    if t.date_field is not None and t.date_field not in (t.schema or {}).get("properties", {}):
+        raise ValueError(f"date_field {t.date_field!r} is not a property of the schema")
     try:
         t.constraint = _compile(t, param="schema")
     except EngineError as e:
