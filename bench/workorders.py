@@ -76,7 +76,8 @@ def main() -> int:
                 u, s = done.usage, done.usage.speculation or {}
                 runs[m].append({"case": case["id"], "tokens": len(done.tokens), "decode_ms": u.decode_ms,
                                 "prefill_ms": u.prefill_ms, "wall_ms": wall, "finish": done.finish_reason,
-                                "tau": s.get("tau"), "verifies": s.get("verifies", 0), "used": s.get("mode")})
+                                "tau": s.get("tau"), "verifies": s.get("verifies", 0), "used": s.get("mode"),
+                                "closed_early": u.closed_early, "cached_tokens": u.cached_tokens})
                 if m == modes[0]:
                     out = extract.assess(eng, template, done, case["text"], sent)
                     outputs.append(out.result if out.valid else done.text)
@@ -113,7 +114,9 @@ def main() -> int:
         print(f"{r['mode']:8} {r['tok_per_s']:7.1f} {r['ratio']:6.3f} {r['ratio_end_to_end']:6.3f} "
               f"{r['tau'] or '-':>5}  {','.join(r['used'])}")
     finished = sum(r["finish"] == "stop" for r in runs[modes[0]])
-    print(f"closed before max_tokens: {finished}/{len(cases)}; mismatches against {modes[0]}: {mismatches or 'none'}")
+    closed = sum(r["closed_early"] for r in runs[modes[0]])
+    print(f"ended before max_tokens: {finished}/{len(cases)} ({closed} closed early by the grammar); "
+          f"mismatches against {modes[0]}: {mismatches or 'none'}")
     return 1 if mismatches else 0
 
 

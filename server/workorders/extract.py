@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from engine import Completion, ContextLengthExceeded, Engine, GenerationRequest, InvalidRequest, SamplingParams
 from engine.spec.params import SpecParams
 
+from ..openai_format import structured
 from . import dates, prompt
 from .review import Review, review, without_repeats
 from .spans import field_confidence
@@ -83,14 +84,13 @@ def _resolve_date(template: Template, result: dict, text: str, sent: dt.date, no
             notes.append((key, f"the model wrote {wrote!r}; from the message: {said or 'no date'}", False))
     if conflict:
         notes.append((key, f"the message gives several dates ({said}); the earliest is used", True))
+        if isinstance(result.get("needs_review"), bool):  # the schema's own convention for conflicting dates
+            result = dict(result, needs_review=True)
     return result
 
 
 def assess(engine: Engine, template: Template, done: Completion, text: str, sent: dt.date) -> Outcome:
-    if done.finish_reason == "length":
-        errors = ["the answer reached max_tokens before the JSON was complete; HINT: raise max_tokens"]
-    else:
-        errors = template.constraint.validate(done.text)
+    errors = structured(template.constraint, done.text, done.finish_reason)["errors"]
     result = json.loads(done.text) if not errors else None
     confidence, repeats = {}, 0
     if result is not None and done.logprobs:
@@ -102,7 +102,10 @@ def assess(engine: Engine, template: Template, done: Completion, text: str, sent
             result = deduped
         else:
             repeats = 0
+        before = result.get(template.date_field) if template.date_field else None
         result = _resolve_date(template, result, text, sent, notes)
+        if template.date_field and result.get(template.date_field) != before:
+            confidence.pop(template.date_field, None)  # the value is no longer the model's
     verdict = review(result, errors, template.required, text, sent, confidence, repeats)
     for path, message, flag in notes:
         verdict.warn(path, message)

@@ -54,7 +54,7 @@ def review(result: dict | None, problems: list[str], required: list[str], messag
     if repeats:
         r.flag(f"the model wrote the same item again and again; {repeats} exact repeats were removed")
     if result.get("needs_review") is True:
-        r.flag("the model marked this message for review")
+        r.flag("the answer itself says needs_review")
     _check_dates(result, sent, r)
     _check_copied(result, message, r)
     for path, p in sorted(confidence.items()):

@@ -20,7 +20,7 @@ from typing import Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from engine import EngineError, InvalidRequest
@@ -29,7 +29,7 @@ from .. import openai_format as fmt
 from ..audit import AuditLog, ParseRecord
 from ..bridge import collect, submit
 from ..errors import APIError
-from ..schemas import Speculative, _Strict
+from ..schemas import Speculative
 from . import extract
 from .templates import Template, from_schema
 
@@ -37,8 +37,8 @@ router = APIRouter(prefix="/v1/workorders")
 MAX_TEXT_CHARS = 50_000  # far beyond any context we serve; refuses megabytes before tokenizing them
 
 
-class ParseRequest(_Strict):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+class ParseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)  # unknown fields are a 400
 
     text: str
     template: str | None = None

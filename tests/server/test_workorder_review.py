@@ -57,7 +57,7 @@ def test_a_clean_order_needs_no_review():
     ({"customer_name": ""}, "missing customer_name"),
     ({"items": []}, "missing items"),
     ({"items": [{"description": "box", "quantity": None}]}, "missing items[0].quantity"),
-    ({"needs_review": True}, "the model marked this message for review"),
+    ({"needs_review": True}, "the answer itself says needs_review"),
     ({"due_date": "2026-03-01"}, "before the message was sent"),
     ({"due_date": "2026-02-30"}, "not a calendar date"),
     ({"items": [{"description": "box", "quantity": 3000}]}, "items[0].quantity 3000 does not appear"),
@@ -107,7 +107,8 @@ def test_builtin_templates_load_and_their_guides_cover_every_field():
         assert t.constraint.grammar and all(f.split("[]")[0].split(".")[0] in t.schema["properties"]
                                             for f in t.required)
     msgs = prompt.messages(found["work_order"], "  500 flyers  ", SENT, "zh-TW")
-    assert msgs[1]["content"] == "Sent: 2026-03-05 (Thursday)\nLanguage: Traditional Chinese\n\n500 flyers"
+    assert msgs[-1]["content"] == "Sent: 2026-03-05 (Thursday)\nLanguage: Traditional Chinese\n\n500 flyers"
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]  # its worked example first
     assert "items[].quantity" in msgs[0]["content"]
 
 
@@ -154,3 +155,30 @@ def test_examples_must_match_the_schema_and_become_turns(tmp_path):
         (tmp_path / "ex.json").write_text(json.dumps(good | {"examples": [bad]}))
         with pytest.raises(ValueError, match="examples"):
             load_file(tmp_path / "ex.json", "user")
+
+
+def _assess(message: str, answer: dict, reason: str = "stop"):
+    from engine import Completion, Usage
+    from server.workorders.extract import assess
+
+    t = TemplateStore(None).get("work_order")
+    return assess(None, t, Completion(json.dumps(answer), [], reason, Usage()), message, SENT)
+
+
+def test_the_date_field_comes_from_the_message_words():
+    wo = {"customer_name": "Oakleaf Tea", "contact": None, "order_type": "new_order", "items": [],
+          "due_date": "2026-01-01", "priority": "normal", "delivery_method": "unknown", "notes": None,
+          "needs_review": False}
+    out = _assess("Oakleaf Tea: need them next Wednesday please", wo)
+    assert out.valid and out.result["due_date"] == "2026-03-11"  # sent Thursday 2026-03-05
+    assert any(w["field"] == "due_date" and "2026-01-01" in w["message"] for w in out.review.warnings)
+    out2 = _assess("Oakleaf Tea: please deliver on 3/20, or if possible 3/12", wo)
+    assert out2.result["due_date"] == "2026-03-12" and out2.result["needs_review"] is True
+    assert any("several dates" in r for r in out2.review.reasons)
+    assert _assess("Oakleaf Tea, no date given", wo).result["due_date"] is None
+
+
+def test_a_cut_answer_is_invalid_and_flagged():
+    out = _assess("anything", {"customer_name": "x"}, reason="length")
+    assert not out.valid and out.result is None and out.review.needs_review
+    assert "max_tokens" in out.errors[0]
