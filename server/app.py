@@ -16,6 +16,8 @@ from engine.store import ModelStore
 
 from . import errors, metrics, openai_routes
 from .audit import AuditLog, AuditLogError
+from .conversation_routes import router as conversation_router
+from .conversations import ConversationStore, ConversationStoreError
 from .runtime import Loader, Runtime, load_engine
 from .security import GuardMiddleware
 from .settings import Settings
@@ -38,20 +40,26 @@ def create_app(settings: Settings, loader: Loader = load_engine) -> FastAPI:
             app.state.audit_error = str(e)
             log.error("%s", e)
         try:
+            app.state.conversations = ConversationStore(home / "conversations.sqlite3")
+        except ConversationStoreError as e:  # chat still works; saving history answers 503
+            log.error("%s", e)
+        try:
             yield
         finally:
             runtime.close()
-            if app.state.audit is not None:
-                app.state.audit.close()
+            for store in (app.state.audit, app.state.conversations):
+                if store is not None:
+                    store.close()
 
     app = FastAPI(title="flashdesk", version="0.1.0", lifespan=lifespan, docs_url="/docs", redoc_url=None)
     app.state.runtime = runtime
     app.state.settings = settings
     app.state.templates = TemplateStore(home / "templates")
-    app.state.audit, app.state.audit_error = None, None
+    app.state.audit, app.state.audit_error, app.state.conversations = None, None, None
     errors.install(app)
     app.include_router(openai_routes.router)
     app.include_router(workorder_routes.router)
+    app.include_router(conversation_router)
     app.include_router(metrics.router)
     app.add_middleware(GuardMiddleware, settings=settings)
 
