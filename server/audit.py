@@ -33,13 +33,13 @@ import csv
 import io
 import json
 import secrets
-import sqlite3
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
+
+from . import sqlite_file
 from typing import Any, Iterator
 
 APPLICATION_ID = 0x46444B41  # "FDKA" in the SQLite header: tells our file from any other SQLite file
@@ -102,58 +102,7 @@ class AuditLog:
     def __init__(self, path: str | Path):
         self.path = Path(path).expanduser()
         self._lock = threading.Lock()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # isolation_level=None: we say BEGIN/COMMIT ourselves, and a lone INSERT is its
-            # own transaction. timeout: wait (not fail) while another process holds the write lock.
-            self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
-        except (OSError, sqlite3.Error) as e:
-            raise AuditLogError(f"cannot open the audit log {self.path}: {e}. HINT: check that the folder "
-                                f"exists and is writable, or set another audit log path.") from e
-        try:
-            self._setup()
-        except sqlite3.DatabaseError as e:  # "file is not a database", "malformed", ...
-            self._db.close()
-            raise AuditLogError(f"{self.path} is not a readable flashdesk audit log (SQLite: {e}). HINT: move "
-                                f"the file away (e.g. `mv '{self.path}' '{self.path}.bad'`); a new empty log "
-                                f"is created in its place on the next start.") from e
-        except AuditLogError:
-            self._db.close()
-            raise
-
-    def _setup(self) -> None:
-        # The first read of the header happens here, so garbage at the path fails now, not later.
-        mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if mode != "wal":  # e.g. a network share without shared memory: durability would be unknown
-            raise AuditLogError(f"{self.path}: SQLite refused WAL mode (got {mode!r}). HINT: put the audit "
-                                f"log on a local disk.")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA fullfsync=ON")  # macOS: a real flush to the platter; no-op elsewhere
-        with self._transaction():  # IMMEDIATE: two processes starting at once migrate only once
-            app_id = self._db.execute("PRAGMA application_id").fetchone()[0]
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            objects = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            if app_id != APPLICATION_ID and (app_id != 0 or version != 0 or objects):
-                raise AuditLogError(f"{self.path} is an SQLite database but not a flashdesk audit log. HINT: "
-                                    f"move the file away or set another audit log path.")
-            if version > SCHEMA_VERSION:
-                raise AuditLogError(f"{self.path} was written by a newer flashdesk (schema {version}, this one "
-                                    f"knows {SCHEMA_VERSION}). HINT: upgrade flashdesk, or move the file away.")
-            for v in range(version + 1, SCHEMA_VERSION + 1):
-                for sql in MIGRATIONS[v]:
-                    self._db.execute(sql)
-                self._db.execute(f"PRAGMA user_version = {v}")
-            self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        self._db = sqlite_file.open_file(self.path, "audit log", APPLICATION_ID, MIGRATIONS, AuditLogError)
 
     # -- writing -----------------------------------------------------------------------------
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import json
 import secrets
-import sqlite3
 import threading
 import time
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+
+from . import sqlite_file
 
 APPLICATION_ID = 0x46444B43  # "FDKC": our conversations file, not the audit log ("FDKA") nor another SQLite file
 SCHEMA_VERSION = 1  # PRAGMA user_version; MIGRATIONS[n] takes a store from n-1 to n
@@ -80,58 +80,9 @@ class ConversationStore:
         self.path = Path(path).expanduser()
         self._lock = threading.Lock()
         self._last_ms = 0  # the last stamp handed out, so updated_at never ties or goes back
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # isolation_level=None: we say BEGIN/COMMIT ourselves (as audit.py does).
-            self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
-        except (OSError, sqlite3.Error) as e:
-            raise ConversationStoreError(f"cannot open the conversations file {self.path}: {e}. HINT: check that "
-                                         f"the folder exists and is writable.") from e
-        try:
-            self._setup()
-        except sqlite3.DatabaseError as e:  # "file is not a database", "malformed", ...
-            self._db.close()
-            raise ConversationStoreError(
-                f"{self.path} is not a readable flashdesk conversations file (SQLite: {e}). HINT: move the "
-                f"file away (e.g. `mv '{self.path}' '{self.path}.bad'`); a new empty history is created in "
-                f"its place on the next start.") from e
-        except ConversationStoreError:
-            self._db.close()
-            raise
-
-    def _setup(self) -> None:
-        mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]  # first header read: garbage fails here
-        if mode != "wal":
-            raise ConversationStoreError(f"{self.path}: SQLite refused WAL mode (got {mode!r}). HINT: put the "
-                                         f"conversations file on a local disk.")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA fullfsync=ON")
-        self._db.execute("PRAGMA foreign_keys=ON")  # off by default per connection; ON DELETE CASCADE needs it
-        with self._transaction():
-            app_id = self._db.execute("PRAGMA application_id").fetchone()[0]
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            objects = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            if app_id != APPLICATION_ID and (app_id != 0 or version != 0 or objects):
-                raise ConversationStoreError(f"{self.path} is an SQLite database but not a flashdesk "
-                                             f"conversations file. HINT: move the file away.")
-            if version > SCHEMA_VERSION:
-                raise ConversationStoreError(f"{self.path} was written by a newer flashdesk (schema {version}, "
-                                             f"this one knows {SCHEMA_VERSION}). HINT: upgrade flashdesk.")
-            for v in range(version + 1, SCHEMA_VERSION + 1):
-                for sql in MIGRATIONS[v]:
-                    self._db.execute(sql)
-                self._db.execute(f"PRAGMA user_version = {v}")
-            self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        # foreign_keys is off by default per connection; ON DELETE CASCADE needs it
+        self._db = sqlite_file.open_file(self.path, "conversations file", APPLICATION_ID, MIGRATIONS,
+                                         ConversationStoreError, ("PRAGMA foreign_keys=ON",))
 
     def _stamp(self) -> tuple[int, str]:
         """(ms, ISO text) for a write, strictly after the previous one. Two writes in the same
@@ -196,7 +147,7 @@ class ConversationStore:
 
     def rename(self, conversation_id: str, title: str) -> dict:
         title_text = _title(title)
-        with self._lock, self._transaction():
+        with self._lock, sqlite_file.transaction(self._db):
             self._require(conversation_id)
             self._db.execute("UPDATE conversations SET title = ?, updated_at = ? WHERE id = ?",
                              (title_text, self._stamp()[1], conversation_id))
@@ -205,7 +156,7 @@ class ConversationStore:
     def update_settings(self, conversation_id: str, settings: dict) -> dict:
         """Replace (not merge) the settings: the UI sends its whole settings panel."""
         settings_text = _settings(settings)
-        with self._lock, self._transaction():
+        with self._lock, sqlite_file.transaction(self._db):
             self._require(conversation_id)
             self._db.execute("UPDATE conversations SET settings = ?, updated_at = ? WHERE id = ?",
                              (settings_text, self._stamp()[1], conversation_id))
@@ -230,7 +181,7 @@ class ConversationStore:
         if len(content.encode("utf-8")) > MAX_CONTENT_BYTES:
             raise ValueError(f"content is over {MAX_CONTENT_BYTES // 1024} KB; split it or attach less text")
         meta_text = None if meta is None else _json_object("meta", meta, MAX_META_BYTES)
-        with self._lock, self._transaction():
+        with self._lock, sqlite_file.transaction(self._db):
             conv = self._require(conversation_id)
             seq = self._db.execute("SELECT coalesce(max(seq), 0) + 1 FROM messages WHERE conversation_id = ?",
                                    (conversation_id,)).fetchone()[0]
@@ -252,7 +203,7 @@ class ConversationStore:
         The next add_message reuses the freed seq numbers (seq is max + 1)."""
         if seq < 0:
             raise ValueError(f"seq must be >= 0, got {seq}")
-        with self._lock, self._transaction():
+        with self._lock, sqlite_file.transaction(self._db):
             self._require(conversation_id)
             cur = self._db.execute("DELETE FROM messages WHERE conversation_id = ? AND seq > ?", (conversation_id, seq))
             if cur.rowcount:

@@ -1,0 +1,76 @@
+"""Opening one of flashdesk's own SQLite files (the work-order audit log, the chat history):
+WAL + synchronous=FULL, our application_id, user_version migrations, and a clear error for
+a file that is not ours, is damaged, or is newer than this code.
+
+What it is not: a store (audit.py and conversations.py own their tables and queries).
+References: https://www.sqlite.org/wal.html, https://www.sqlite.org/pragma.html
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+
+def open_file(path: Path, what: str, app_id: int, migrations: dict[int, list[str]], error: type[Exception],
+              pragmas: tuple[str, ...] = ()) -> sqlite3.Connection:
+    """A connection to `path` (`what` names it in messages, e.g. "audit log"), set up and migrated
+    to max(migrations); raises `error` with the path and the next step."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: we say BEGIN/COMMIT ourselves, and a lone INSERT is its own
+        # transaction. timeout: wait (not fail) while another process holds the write lock.
+        db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
+    except (OSError, sqlite3.Error) as e:
+        raise error(f"cannot open the {what} {path}: {e}. HINT: check that the folder exists and is "
+                    "writable.") from e
+    try:
+        _setup(db, path, what, app_id, migrations, error, pragmas)
+    except sqlite3.DatabaseError as e:  # "file is not a database", "malformed", ...
+        db.close()
+        raise error(f"{path} is not a readable flashdesk {what} (SQLite: {e}). HINT: move the file away "
+                    f"(e.g. `mv '{path}' '{path}.bad'`); a new empty one is created in its place on the next "
+                    "start.") from e
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _setup(db, path, what, app_id, migrations, error, pragmas) -> None:
+    # The first read of the header happens here, so garbage at the path fails now, not later.
+    mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    if mode != "wal":  # e.g. a network share without shared memory: durability would be unknown
+        raise error(f"{path}: SQLite refused WAL mode (got {mode!r}). HINT: keep the {what} on a local disk.")
+    db.execute("PRAGMA synchronous=FULL")  # a returned commit survives kill -9 and power loss
+    db.execute("PRAGMA fullfsync=ON")  # macOS: a real flush to the platter; no-op elsewhere
+    for pragma in pragmas:
+        db.execute(pragma)
+    latest = max(migrations)
+    with transaction(db):  # IMMEDIATE: two processes starting at once migrate only once
+        found = db.execute("PRAGMA application_id").fetchone()[0]
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        objects = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if found != app_id and (found != 0 or version != 0 or objects):
+            raise error(f"{path} is an SQLite database but not a flashdesk {what}. HINT: move the file away.")
+        if version > latest:
+            raise error(f"{path} was written by a newer flashdesk (schema {version}, this one knows {latest}). "
+                        "HINT: upgrade flashdesk, or move the file away.")
+        for v in range(version + 1, latest + 1):
+            for sql in migrations[v]:
+                db.execute(sql)
+            db.execute(f"PRAGMA user_version = {v}")
+        db.execute(f"PRAGMA application_id = {app_id}")
+
+
+@contextmanager
+def transaction(db: sqlite3.Connection) -> Iterator[None]:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
