@@ -1,9 +1,9 @@
 """The chat history store of the browser UI: conversations and their messages in SQLite.
 
 What it is: `ConversationStore`, CRUD over two tables (conversations, messages) in one
-SQLite file (WAL, stdlib `sqlite3`), following the pattern of `server/audit.py`: one
-connection behind a lock, `synchronous=FULL`, application_id + user_version migrations,
-and `ConversationStoreError` (with a HINT) for a file that is not ours. Dict fields
+SQLite file (WAL, stdlib `sqlite3`), opened like the audit log by `server/sqlite_file.py`
+(`synchronous=FULL`, application_id + user_version migrations, `ConversationStoreError`
+with a HINT for a file that is not ours), one connection behind a lock. Dict fields
 (settings, meta) are stored as JSON text with ensure_ascii=False so Chinese stays readable.
 
 What it is not: no HTTP (server/conversation_routes.py maps `ConversationNotFound` to 404
