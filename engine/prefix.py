@@ -49,9 +49,7 @@ def keep(slot, ctx: Context, ok: bool) -> None:
             slot.cached_drafter = spec.drafter
         else:
             spec.drafter.forget(slot.seq_id)
-    ctx.forget(slot.seq_id, n) if n else ctx.forget(slot.seq_id)
-    if not n:
-        slot.cached = []
+    ctx.forget(slot.seq_id, n)  # positions n.. (all of them when n = 0)
 
 
 def drop(slot, ctx: Context) -> None:
@@ -74,6 +72,7 @@ def reuse(slot, ctx: Context, prompt: list[int], drafter) -> int:
             if kept is drafter:
                 drafter.forget(slot.seq_id)
             n = 0
-    ctx.forget(slot.seq_id, n) if n else ctx.forget(slot.seq_id)
+    n = max(n, 0)
+    ctx.forget(slot.seq_id, n)
     slot.cached, slot.cached_drafter = [], None
-    return max(n, 0)
+    return n
