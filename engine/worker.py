@@ -373,6 +373,8 @@ class Engine:
     def _finish(self, slot: Slot, event: StreamEvent) -> None:
         """Send the final event; keep the committed KV as a prefix for the next request; free the slot."""
         event.usage = slot.usage()
+        if slot.spec is not None and self._curve is not None:  # a fixed block never measured the curve
+            event.usage.speculation["speedup"] = slot.spec.stats.speedup(self._curve.cost(1))
         self._count(event)
         slot.emit(event)
         prefix.keep(slot, self.ctx, ok=event.error is None)

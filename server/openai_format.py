@@ -62,8 +62,10 @@ def chat_completion(cid: str, model: str, text: str, reason: str, u: Usage, chec
 
 
 def chat_chunk(cid: str, model: str, created: int, delta: dict, reason: str | None = None,
-               check: dict | None = None) -> dict:
+               check: dict | None = None, tokens: int | None = None) -> dict:
     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish(reason)}
+    if tokens is not None:  # flashdesk extension: how many tokens this delta's text came from (live tok/s)
+        choice["tokens"] = tokens
     if check is not None:
         choice["structured_output"] = check
     return {

@@ -57,13 +57,15 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
 
     async def chunks():
         yield fmt.chat_chunk(cid, model, created, {"role": "assistant", "content": ""})
-        parts = []
+        parts, pending = [], 0  # tokens whose text has not been sent yet (a split UTF-8 character)
         async for ev in events_of(req, events):
             if ev.error is not None:
                 raise ev.error
             parts.append(ev.text)
+            pending += len(ev.tokens)
             if ev.text:
-                yield fmt.chat_chunk(cid, model, created, {"content": ev.text})
+                yield fmt.chat_chunk(cid, model, created, {"content": ev.text}, tokens=pending)
+                pending = 0
             if ev.final:
                 yield fmt.chat_chunk(cid, model, created, {}, ev.finish_reason,
                                      fmt.structured(constraint, "".join(parts), ev.finish_reason))

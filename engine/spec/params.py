@@ -48,6 +48,18 @@ class SpecStats:
     def tau(self) -> float:
         return self.committed / self.verifies if self.verifies else 0.0
 
+    def speedup(self, curve_plain_ms: float) -> float | None:
+        """Estimated speed-up over plain decoding for this answer: the tokens it decoded at
+        the plain per-token cost, over the time its drafts, selections, verifies and plain
+        steps took. The plain cost is what this request's own plain steps took when it had
+        a few (same load, same context length), else the cost curve's c(1). None when it
+        never verified a draft: nothing was sped up."""
+        if not self.verifies:
+            return None
+        per_token = self.plain_ms / self.plain_steps if self.plain_steps >= 4 else curve_plain_ms
+        spent = self.draft_ms + self.select_ms + self.verify_ms + self.plain_ms
+        return round((self.committed + self.plain_steps) * per_token / spent, 2) if spent > 0 else None
+
     def record(self, n_drafted: int, n_accepted: int) -> None:
         self.verifies += 1
         self.drafted += n_drafted

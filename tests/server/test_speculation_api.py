@@ -32,6 +32,18 @@ def test_speculation_in_the_final_stream_usage_chunk(client):
         model="smollm2", messages=MSG, temperature=0, max_tokens=24, stream=True,
         stream_options={"include_usage": True}, extra_body={"speculative": {"mode": "lookup", "block": 4}}))
     assert chunks[-1].usage.speculation["mode"] == "lookup"
+    # Each text chunk says how many tokens it carries (the UI's live tok/s): together, all of them.
+    counted = sum(c.choices[0].tokens for c in chunks if c.choices and c.choices[0].delta.content)
+    assert counted == chunks[-1].usage.completion_tokens
+
+
+def test_auto_mode_reports_an_estimated_speedup(client):
+    """Without a fixed block the chooser's cost curve exists, so a request that verified drafts
+    carries its estimated speed-up over plain decoding (shown in the UI's answer details)."""
+    r = client.chat.completions.create(model="smollm2", messages=MSG, temperature=0, max_tokens=48,
+                                       extra_body={"speculative": {"mode": "lookup"}})
+    s = r.usage.speculation
+    assert s["verifies"] > 0 and s["speedup"] > 0
 
 
 @pytest.mark.parametrize("spec", [{"mode": "warp"}, {"mode": "lookup", "block": 1}, {"selector": "best"},

@@ -1,0 +1,24 @@
+"""SpecStats.speedup: the estimate the UI shows under an answer."""
+
+from engine.spec.params import SpecStats
+
+
+def test_no_verify_means_no_speedup_claimed():
+    s = SpecStats(mode="dflash", plain_steps=30, plain_ms=300.0)
+    assert s.speedup(10.0) is None
+
+
+def test_speedup_uses_the_curve_without_own_plain_steps():
+    s = SpecStats(mode="lookup")
+    for _ in range(10):
+        s.record(3, 2)  # 3 tokens committed per verify
+    s.verify_ms, s.draft_ms = 150.0, 0.0  # 15 ms a verify
+    assert s.speedup(10.0) == 2.0  # 30 tokens at 10 ms plain = 300 ms, spent 150 ms
+
+
+def test_speedup_prefers_the_requests_own_plain_steps():
+    s = SpecStats(mode="lookup", plain_steps=10, plain_ms=200.0)  # 20 ms a plain token under today's load
+    for _ in range(10):
+        s.record(3, 2)
+    s.verify_ms = 200.0
+    assert s.speedup(10.0) == round(40 * 20.0 / 400.0, 2)
