@@ -21,6 +21,9 @@ from .conversations import ConversationStore, ConversationStoreError
 from .runtime import Loader, Runtime, load_engine
 from .security import GuardMiddleware
 from .settings import Settings
+from .store_routes import router as store_router
+from .system import router as system_router
+from .ui_files import ui_app
 from .workorders import routes as workorder_routes
 from .workorders.templates import TemplateStore
 
@@ -60,6 +63,8 @@ def create_app(settings: Settings, loader: Loader = load_engine) -> FastAPI:
     app.include_router(openai_routes.router)
     app.include_router(workorder_routes.router)
     app.include_router(conversation_router)
+    app.include_router(store_router)
+    app.include_router(system_router)
     app.include_router(metrics.router)
     app.add_middleware(GuardMiddleware, settings=settings)
 
@@ -77,4 +82,7 @@ def create_app(settings: Settings, loader: Loader = load_engine) -> FastAPI:
             body["error"] = rt.error
         return JSONResponse(body, status_code=200 if rt.status == "ready" else 503)
 
+    ui = ui_app()
+    if ui is not None:  # last: every API route above wins over a file of the same name
+        app.mount("/", ui, name="ui")
     return app

@@ -1,5 +1,9 @@
 """The server's model: loaded in the background at start-up, so the API can answer
 503 "loading" (and /health can say so) instead of refusing connections meanwhile.
+
+`switch(name)` serves another installed model the same way: status goes back to
+"loading", the old engine is closed and the new one loads in the background. It is
+refused while the engine still has requests, so nobody's answer is cut off.
 """
 
 from __future__ import annotations
@@ -38,23 +42,74 @@ class Runtime:
         self.status = "loading"  # loading | ready | error
         self.error: str | None = None
         self.engine: Engine | None = None
-        self.model: InstalledModel | None = None
-        self._thread = threading.Thread(target=self._load, name="flashdesk-load", daemon=True)
+        self.model: InstalledModel | None = None  # the model served (kept during a switch until the new one is ready)
+        self.loading: str | None = settings.model  # the name being loaded, while status is "loading"
+        self._lock = threading.Lock()  # one switch at a time; close() waits for it
+        self._closed = False
+        self._thread = threading.Thread(target=self._load, args=(settings,), name="flashdesk-load", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def _load(self) -> None:
+    def _load(self, settings: Settings) -> None:
         try:
-            self.model, self.engine = self.loader(self.settings)
-            self.status = "ready"
-            log.info("model %s ready (%s)", self.model.name, self.engine.info.description)
+            model, engine = self.loader(settings)
         except EngineError as e:
-            self.status, self.error = "error", e.message
-            log.error("could not load the model: %s", e.message)
+            self._failed(settings, e.message)
+            return
         except Exception as e:  # keep serving /health with the reason instead of dying silently
-            self.status, self.error = "error", f"{type(e).__name__}: {e}"
             log.exception("could not load the model")
+            self._failed(settings, f"{type(e).__name__}: {e}")
+            return
+        with self._lock:
+            if self._closed:  # the server stopped while this was loading: nobody will close it later
+                engine.close()
+                return
+            self.model, self.engine, self.settings = model, engine, settings
+            self.status, self.error, self.loading = "ready", None, None
+        log.info("model %s ready (%s)", model.name, engine.info.description)
+
+    def _failed(self, settings: Settings, message: str) -> None:
+        log.error("could not load the model %s: %s", settings.model, message)
+        with self._lock:
+            self.settings = settings  # so a later switch copies the settings of the last attempt
+            self.model, self.status, self.error, self.loading = None, "error", message, None
+
+    def switch(self, name: str) -> None:
+        """Serve the installed model `name` instead: returns at once, the load runs in the background.
+
+        404 for a name the store does not have, 409 (code "busy") while the engine has
+        requests or another load is under way. Switching to the model already served
+        reloads it (e.g. to pick up a draft paired since)."""
+        ModelStore(self.settings.home).get(name)  # unknown name: 404 with a hint, before touching anything
+        with self._lock:
+            if self._closed:
+                raise APIError(503, "the server is shutting down", code="shutting_down")
+            if self.status == "loading":
+                raise APIError(409, f"the model {self.loading!r} is still loading. HINT: wait until /health "
+                                    "says ready, then switch.", code="busy")
+            previous = self.status
+            self.status = "loading"  # first, so no new request reaches the engine while we look at it
+            old = self.engine
+            st = old.stats() if old is not None else {"active": 0, "queued": 0}
+            if st["active"] or st["queued"]:
+                self.status = previous
+                raise APIError(409, f"the model is still answering {st['active']} request(s) with "
+                                    f"{st['queued']} waiting. HINT: switch when they have finished "
+                                    "(GET /health shows engine.active and engine.queued).", code="busy")
+            # A --draft PATH was chosen for the old model; the new one uses its own paired draft.
+            keep_draft = self.settings.draft in ("auto", "none")
+            settings = self.settings.model_copy(update={"model": name, **({} if keep_draft else {"draft": "auto"})})
+            self.engine, self.error, self.loading = None, None, name
+            self._thread = threading.Thread(target=self._switch, args=(old, settings), name="flashdesk-load",
+                                            daemon=True)
+            self._thread.start()
+        log.info("switching the served model to %s", name)
+
+    def _switch(self, old: Engine | None, settings: Settings) -> None:
+        if old is not None:
+            old.close()  # frees its memory before the new model takes its own
+        self._load(settings)
 
     def ready_engine(self, requested_model: str | None) -> Engine:
         if self.status == "loading":
@@ -71,7 +126,17 @@ class Runtime:
         m = self.model
         return {m.name, m.file, m.file.removesuffix(".gguf")} if m else set()
 
+    def in_use(self, name: str) -> bool:
+        """Whether the store model `name` is served or being loaded (so it must not be removed)."""
+        m = self.model
+        served = m is not None and m.name == name and not m.source.startswith("path:")
+        return served or self.loading == name
+
     def close(self) -> None:
-        self._thread.join(timeout=60)
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        if thread.ident is not None:  # started (close() may come before start() when start-up fails)
+            thread.join(timeout=60)
         if self.engine is not None:
             self.engine.close()

@@ -6,7 +6,9 @@
 - Origin: browsers send Origin on cross-site requests; only this server's own origin
   (or --allowed-origin) may call the API. Clients that are not browsers send none.
 - Body size: larger than --max-body-bytes gets 413, whether or not Content-Length is set.
-- API key: when set, `Authorization: Bearer KEY` is required (401), except on /health.
+- API key: when set, `Authorization: Bearer KEY` is required (401) on the API and
+  /metrics. /health and the browser UI's static files stay open: they hold no data,
+  and the UI asks for the key before it calls the API.
 A pure ASGI middleware rather than a Starlette BaseHTTPMiddleware so that streaming
 responses and disconnect notifications pass through untouched.
 """
@@ -20,7 +22,7 @@ from urllib.parse import urlsplit
 from .errors import APIError
 from .settings import LOOPBACK_NAMES, Settings
 
-OPEN_PATHS = ("/health",)
+KEYED_PREFIXES = ("/v1/", "/metrics")  # everything else (/health, the UI's files, /docs) holds no data
 
 
 def _hostname(host_header: str) -> str:
@@ -87,7 +89,9 @@ class GuardMiddleware:
 
     def _check_key(self, scope, headers: dict) -> None:
         key = self.settings.key
-        if not key or scope.get("path") in OPEN_PATHS or scope.get("method") == "OPTIONS":
+        path = scope.get("path", "")
+        keyed = path.startswith(KEYED_PREFIXES) or path in ("/v1", "/metrics")
+        if not key or not keyed or scope.get("method") == "OPTIONS":
             return
         auth = headers.get("authorization", "")
         given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""

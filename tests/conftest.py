@@ -21,6 +21,10 @@ import uvicorn
 from engine import Engine, EngineConfig
 from engine.store import ModelStore, no_progress
 
+# The browser tests' fixtures (ui_server, tab): a plugin, not a second conftest.py, so that
+# `from conftest import ...` in any test module always means this file.
+pytest_plugins = ["tests.ui.browser"]
+
 ROOT = Path(__file__).resolve().parent.parent
 DEV_PROMPTS = ROOT.parent / "shared" / "eval" / "prompts-dev.jsonl"
 TEST_CTX = 2048

