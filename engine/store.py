@@ -217,6 +217,13 @@ class ModelStore:
         self._write_manifest(folder, {**self._manifest(folder), "draft": "", "draft_choice": "user"})
         return self.get(name)
 
+    def draft_source(self, m: InstalledModel) -> str:
+        """Where a model's paired draft came from: "shipped:<sha prefix>" (flashdesk's own) or "user"."""
+        try:
+            return self._manifest(Path(m.path).parent).get("draft_source", "user")
+        except (OSError, ValueError):
+            return "user"
+
     @staticmethod
     def _manifest(folder: Path) -> dict:
         return json.loads((folder / "model.json").read_text("utf-8"))

@@ -18,6 +18,7 @@ from . import errors, metrics, openai_routes
 from .audit import AuditLog, AuditLogError
 from .conversation_routes import router as conversation_router
 from .conversations import ConversationStore, ConversationStoreError
+from .jobs import Jobs
 from .runtime import Loader, Runtime, load_engine
 from .security import GuardMiddleware
 from .settings import Settings
@@ -58,6 +59,7 @@ def create_app(settings: Settings, loader: Loader = load_engine) -> FastAPI:
     app.state.runtime = runtime
     app.state.settings = settings
     app.state.templates = TemplateStore(home / "templates")
+    app.state.store_jobs = Jobs()  # pull / import / pair, one at a time (server/store_routes.py)
     app.state.audit, app.state.audit_error, app.state.conversations = None, None, None
     errors.install(app)
     app.include_router(openai_routes.router)

@@ -9,10 +9,9 @@ knows nothing of HTTP; its errors become OpenAI-shaped errors in the job or the 
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
@@ -25,8 +24,6 @@ from .jobs import Jobs
 from .runtime import Runtime
 
 router = APIRouter(prefix="/v1/store")
-
-_jobs_lock = threading.Lock()  # sync handlers run in a thread pool: create the registry once
 
 
 class _Strict(BaseModel):
@@ -51,12 +48,8 @@ class ServeBody(_Strict):
     name: str
 
 
-def jobs_of(app: FastAPI) -> Jobs:
-    with _jobs_lock:
-        jobs = getattr(app.state, "store_jobs", None)
-        if jobs is None:
-            jobs = app.state.store_jobs = Jobs()
-        return jobs
+def jobs_of(app) -> Jobs:
+    return app.state.store_jobs  # created with the app (server/app.py)
 
 
 def _store(request: Request) -> ModelStore:
@@ -81,13 +74,7 @@ def _local_file(path: str, param: str) -> str:
 
 
 def model_json(store: ModelStore, m: InstalledModel, rt: Runtime) -> dict:
-    draft = None
-    if m.draft:
-        try:
-            source = store._manifest(Path(m.path).parent).get("draft_source", "user")
-        except (OSError, ValueError):
-            source = "user"
-        draft = {"file": m.draft, "source": source}
+    draft = {"file": m.draft, "source": store.draft_source(m)} if m.draft else None
     return {"name": m.name, "object": "store.model", "file": m.file, "size": m.size,
             "architecture": m.architecture, "source": m.source, "added": m.added, "sha256": m.sha256,
             "draft": draft, "serving": rt.status == "ready" and rt.in_use(m.name),
@@ -105,7 +92,8 @@ def list_models(request: Request):
     names = {m.name for m in installed}
     catalog = [{"name": e.name, "title": e.title, "size": e.size, "license": e.license,
                 "installed": e.name in names, "has_draft": e.draft_file is not None} for e in CATALOG.values()]
-    return {"object": "list", "data": [model_json(store, m, rt) for m in installed], "catalog": catalog}
+    return {"object": "list", "data": [model_json(store, m, rt) for m in installed], "catalog": catalog,
+            "default": DEFAULT_MODEL}
 
 
 @router.post("/pull")
