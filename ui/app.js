@@ -126,7 +126,12 @@ async function start() {
   translate(document);
   buildLanguagePicker();
   watchForKey();
-  window.addEventListener("hashchange", () => route());
+  // Page routes are "#/name"; any other hash (an in-page anchor) is not a navigation.
+  window.addEventListener("hashchange", () => location.hash.startsWith("#/") && route());
+  document.querySelector(".skip-link").addEventListener("click", (e) => {
+    e.preventDefault(); // "#view" would look like a route; move the focus instead
+    viewRoot.focus();
+  });
   pollHealth();
   await route();
 }
