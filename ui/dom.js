@@ -86,21 +86,44 @@ export async function copyText(text) {
 
 /**
  * A yes/no question in a modal <dialog> (keyboard: Tab between the buttons, Escape = no).
- * Resolves true when the user confirms.
+ * Resolves true when the user confirms; focus then goes back where it was.
+ * Options beyond the two labels:
+ *  - title: a heading that names the dialog (aria-labelledby); `message` (a string, or an
+ *    array of paragraphs) then describes it (aria-describedby). Without one the message
+ *    itself is the dialog's name.
+ *  - focus: "ok" | "cancel", the button the dialog starts on; a destructive question should
+ *    start on "cancel", so a reflexive Enter does no harm. Unset: the browser's choice.
+ *  - className: added to "confirm", for a page's own dialog width and spacing.
+ *  - parent: where the dialog lives (default <body>); a page passes its root so the
+ *    question goes away with the page when the user navigates elsewhere.
  */
-export function confirmDialog(message, { ok, cancel, danger = false }) {
+let confirmIds = 0;
+export function confirmDialog(message, { ok, cancel, danger = false, title, focus, className, parent } = {}) {
   return new Promise((resolve) => {
-    const dialog = h("dialog", { class: "confirm", "aria-label": message },
-      h("form", { method: "dialog", class: "stack" },
-        h("p", {}, message),
-        h("div", { class: "row end" },
-          h("button", { value: "no" }, cancel),
-          h("button", { value: "yes", class: danger ? "danger" : "primary" }, ok))));
+    const back = document.activeElement;
+    const n = ++confirmIds;
+    const titleId = title ? `confirm-title-${n}` : null;
+    const bodyId = title ? `confirm-body-${n}` : null;
+    const cancelButton = h("button", { value: "no" }, cancel);
+    const okButton = h("button", { value: "yes", class: danger ? "danger" : "primary" }, ok);
+    const dialog = h("dialog", {
+      class: className ? `confirm ${className}` : "confirm",
+      "aria-label": title ? null : message,
+      "aria-labelledby": titleId,
+      "aria-describedby": bodyId,
+    },
+    h("form", { method: "dialog", class: "stack" },
+      title ? h("h2", { id: titleId }, title) : null,
+      title ? h("div", { id: bodyId }, [message].flat().map((p) => h("p", {}, p))) : h("p", {}, message),
+      h("div", { class: "row end" }, cancelButton, okButton)));
     dialog.addEventListener("close", () => {
       dialog.remove();
+      if (back?.isConnected) back.focus();
       resolve(dialog.returnValue === "yes");
     });
-    document.body.append(dialog);
+    (parent || document.body).append(dialog);
     dialog.showModal();
+    if (focus === "ok") okButton.focus();
+    else if (focus === "cancel") cancelButton.focus();
   });
 }

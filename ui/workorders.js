@@ -2,15 +2,32 @@
 // template, and read the parsed fields as an editable form beside the original text, with
 // the review flags on the fields they concern. Copy/Download give the EDITED values.
 // Recent parses come from the audit log (GET /v1/workorders); #/workorders/<id> opens one.
-// The schema form lives in workorder_form.js.
+//
+// This file holds the page's state and wiring; the parts live beside it:
+//   workorder_form.js     the template's schema as an editable form
+//   workorder_files.js    reading .txt/.eml files (charsets, MIME, encoded words)
+//   workorder_drop.js     dropping such a file on the input card
+//   workorder_flags.js    the server's review sentences in the reader's language
+//   workorder_summary.js  those flags on the form's fields and in the summary box
+//   workorder_marks.js    the original message with the form's values marked
+//   workorder_history.js  the recent-parses card and the CSV export
+//   workorder_records.js  a parse as the page holds it, from either API answer
 
-import { apiKey, get, post, ApiError } from "./api.js";
+import { get, post, ApiError } from "./api.js";
 import { clear, copyText, download, formatBytes, h } from "./dom.js";
 import { formatTime, t } from "./i18n.js";
-import { buildForm, inferSchema, pathLabel, tr } from "./workorder_form.js";
+import { acceptFiles } from "./workorder_drop.js";
+import { isoDate, messageFileKind, parseEml, readMessageFile } from "./workorder_files.js";
+import { buildForm, inferSchema, tr } from "./workorder_form.js";
+import { historyCard } from "./workorder_history.js";
+import { paintOriginal, showActive } from "./workorder_marks.js";
+import { fromAudit, fromParse, statusBadge, templateName } from "./workorder_records.js";
+import { showReview } from "./workorder_summary.js";
+
+// This module exported parseEml before it moved; kept so that any importer still finds it.
+export { parseEml };
 
 const MAX_FILE = 1024 * 1024;
-const HISTORY_LIMIT = 20;
 const TEMPLATE_KEY = "flashdesk.woTemplate";
 
 // What survives a re-mount (the language switch rebuilds the page): the draft and the result.
@@ -18,271 +35,16 @@ const saved = { text: "", template: null, sentDate: null, mail: null, record: nu
 const schemaCache = new Map();
 
 function today() {
-  const d = new Date();
-  return isoDate(d);
-}
-
-function isoDate(d) {
-  const p = (n) => String(n).padStart(2, "0");
-  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}`;
-}
-
-function plural(key, n) {
-  return t(n === 1 ? `${key}_one` : `${key}_other`, { n });
-}
-
-// -- review messages ----------------------------------------------------------------
-// The server writes its reasons in English for logs; the page says them in the reader's
-// language and ties each to the field it is about. Unknown wording is shown as written.
-
-const REASONS = [
-  [/^missing (\S+)$/, (m) => ({ path: m[1], text: t("workorders.flag.missing") })],
-  [/^uncertain (\S+) \(the model's probability [\d.]+\)$/, (m) => ({ path: m[1], text: t("workorders.flag.uncertain") })],
-  [/^contact (['"])(.*)\1 does not appear in the message$/, (m) => ({ path: "contact", text: t("workorders.flag.not_in_message", { value: m[2] }) })],
-  [/^(\S+) (-?\d+) does not appear in the message$/, (m) => ({ path: m[1], text: t("workorders.flag.not_in_message", { value: m[2] }) })],
-  [/^(\S+) (\S+) is before the message was sent \((\S+)\)$/, (m) => ({ path: m[1], text: t("workorders.flag.before_sent", { value: m[2], sent: m[3] }) })],
-  [/^(\S+) (\S+) is not a calendar date$/, (m) => ({ path: m[1], text: t("workorders.flag.not_a_date", { value: m[2] }) })],
-  [/^(\S+) is more than a year after the message was sent$/, (m) => ({ path: null, text: t("workorders.flag.far_future", { value: m[1] }) })],
-  [/^(['"])(.*)\1 is not written like this in the message$/, (m) => ({ path: null, text: t("workorders.flag.not_copied", { value: m[2] }) })],
-  [/^the model wrote (.*); from the message: no date$/, () => ({ path: null, text: t("workorders.flag.date_none") })],
-  [/^the model wrote (.*); from the message: (.*)$/, (m) => ({ path: null, text: t("workorders.flag.date_from_message", { said: m[2] }), severity: "info" })],
-  [/^the message gives several dates \((.*)\); the earliest is used$/, (m) => ({ path: null, text: t("workorders.flag.several_dates", { said: m[1] }) })],
-  [/^the answer is not valid: (.*)$/, (m) => ({ path: null, text: t("workorders.flag.invalid", { detail: m[1] }) })],
-  [/^the answer itself says needs_review$/, () => ({ path: "needs_review", text: t("workorders.flag.model_says") })],
-  [/^the model wrote the same item again and again; (\d+) exact repeats were removed$/, (m) => ({ path: "items", text: t("workorders.flag.repeats", { n: m[1] }) })],
-  [/^the answer ran long and was closed early/, () => ({ path: null, text: t("workorders.flag.closed_early") })],
-  [/^not given: relative dates were resolved against today \((\S+)\)$/, (m) => ({ path: null, text: t("workorders.flag.no_sent_date", { date: m[1] }) })],
-  [/^the parse failed$/, () => ({ path: null, text: t("workorders.flag.failed") })],
-];
-
-function explain(message) {
-  for (const [re, fn] of REASONS) {
-    const m = re.exec(message);
-    if (m) return fn(m);
-  }
-  return { path: null, text: message };
-}
-
-/** Flags of a record: review reasons first (must check), then warnings (worth a look). */
-function flagsOf(rec) {
-  const out = [];
-  const seen = new Set();
-  const push = (path, severity, text) => {
-    const key = `${path}|${text}`;
-    if (!seen.has(key)) {
-      seen.add(key);
-      out.push({ path, severity, text });
-    }
-  };
-  for (const r of rec.reasons) {
-    const e = explain(r);
-    push(e.path || rec.warnings.find((w) => w.message === r && w.field)?.field || null, "review", e.text);
-  }
-  for (const w of rec.warnings) {
-    const e = explain(w.message);
-    const severity = rec.reasons.includes(w.message) ? "review" : e.severity || "check";
-    push(w.field || e.path, severity, e.text);
-  }
-  return out;
-}
-
-// -- records ------------------------------------------------------------------------
-
-function fromParse(res, text) {
-  return {
-    id: res.id, template: res.template, model: res.model, time: res.created, text, sentDate: res.sent_date,
-    output: res.result, valid: res.valid, needsReview: res.needs_review, reasons: res.review_reasons || [],
-    warnings: res.warnings || [], error: res.valid ? null : (res.errors || []).join("; ") || null,
-    status: !res.valid ? "invalid" : res.needs_review ? "needs_review" : "ok",
-  };
-}
-
-function fromAudit(r) {
-  return {
-    id: r.id, template: r.template, model: r.model, time: Date.parse(r.created_at) / 1000, text: r.input_text,
-    sentDate: r.sent_date, output: r.output, valid: r.valid, needsReview: r.needs_review,
-    reasons: r.review_reasons || [], warnings: r.warnings || [], error: r.error, status: r.status,
-  };
-}
-
-function templateName(name, title) {
-  return tr(`workorders.templates.${name}`, title || name);
-}
-
-function statusBadge(status) {
-  const cls = status === "ok" ? "badge ok" : status === "error" ? "badge wo-badge-error" : "badge warn";
-  const icon = status === "ok" ? "✓" : "⚠";
-  return h("span", { class: cls }, h("span", { "aria-hidden": "true" }, `${icon} `), t(`workorders.status.${status}`));
-}
-
-// -- message files --------------------------------------------------------------------
-
-function binaryString(bytes) {
-  let s = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
-  return s;
-}
-
-function bytesOf(binary) {
-  const out = new Uint8Array(binary.length);
-  for (let i = 0; i < binary.length; i++) out[i] = binary.charCodeAt(i) & 0xff;
-  return out;
-}
-
-/** Bytes as text: the charset named, else UTF-8, else Big5 (older Taiwanese Windows files). */
-function decodeText(bytes, charset = null) {
-  if (charset) {
-    try {
-      return new TextDecoder(charset).decode(bytes);
-    } catch { /* an unknown charset label: guess below */ }
-  }
-  try {
-    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
-  } catch {
-    try {
-      return new TextDecoder("big5", { fatal: true }).decode(bytes);
-    } catch {
-      return new TextDecoder("utf-8").decode(bytes);
-    }
-  }
-}
-
-function headerParam(value, name) {
-  const m = new RegExp(`;\\s*${name}\\s*=\\s*(?:"([^"]*)"|([^;\\s]+))`, "i").exec(value || "");
-  return m ? (m[1] ?? m[2]) : null;
-}
-
-/** RFC 2047 words in headers: =?UTF-8?B?...?= and =?Big5?Q?...?=. */
-function decodeHeader(binary) {
-  const joined = binary.replace(/\?=\s+=\?/g, "?==?");
-  let out = "";
-  let last = 0;
-  for (const m of joined.matchAll(/=\?([^?]+)\?([BbQq])\?([^?]*)\?=/g)) {
-    out += decodeText(bytesOf(joined.slice(last, m.index)));
-    let raw;
-    try {
-      raw = m[2].toUpperCase() === "B" ? atob(m[3])
-        : m[3].replace(/_/g, " ").replace(/=([0-9A-Fa-f]{2})/g, (x, hex) => String.fromCharCode(parseInt(hex, 16)));
-    } catch {
-      raw = m[0];
-    }
-    out += decodeText(bytesOf(raw), m[1].replace(/\*.*$/, ""));
-    last = m.index + m[0].length;
-  }
-  return (out + decodeText(bytesOf(joined.slice(last)))).trim();
-}
-
-function splitMessage(binary) {
-  const m = /\r?\n\r?\n/.exec(binary);
-  const head = m ? binary.slice(0, m.index) : binary;
-  const body = m ? binary.slice(m.index + m[0].length) : "";
-  const headers = {};
-  for (const line of head.replace(/\r?\n[ \t]+/g, " ").split(/\r?\n/)) {
-    const c = line.indexOf(":");
-    if (c > 0) {
-      const key = line.slice(0, c).trim().toLowerCase();
-      if (!(key in headers)) headers[key] = line.slice(c + 1).trim();
-    }
-  }
-  return { headers, body };
-}
-
-function htmlToText(html) {
-  const doc = new DOMParser().parseFromString(html, "text/html");
-  for (const el of doc.querySelectorAll("script, style, head")) el.remove();
-  for (const el of doc.querySelectorAll("br")) el.replaceWith("\n");
-  for (const el of doc.querySelectorAll("p, div, tr, li, h1, h2, h3")) el.append("\n");
-  return (doc.body?.textContent || "").replace(/\n{3,}/g, "\n\n");
-}
-
-/** The readable text of one MIME entity: {text, html} (null when it has none). */
-function bodyText(headers, body, depth = 0) {
-  const ctype = headers["content-type"] || "text/plain";
-  const type = ctype.split(";")[0].trim().toLowerCase();
-  if (/^attachment/i.test(headers["content-disposition"] || "")) return null;
-  if (type.startsWith("multipart/")) {
-    const boundary = headerParam(ctype, "boundary");
-    if (!boundary || depth > 5) return null;
-    const parts = [];
-    let part = null;
-    for (const line of body.split(/\r?\n/)) {
-      if (line.trimEnd() === `--${boundary}--`) break;
-      if (line.trimEnd() === `--${boundary}`) {
-        if (part) parts.push(part.join("\n"));
-        part = [];
-      } else if (part) part.push(line);
-    }
-    if (part) parts.push(part.join("\n"));
-    const found = parts.map((p) => {
-      const s = splitMessage(p);
-      return bodyText(s.headers, s.body, depth + 1);
-    }).filter(Boolean);
-    return found.find((f) => !f.html) || found[0] || null;
-  }
-  if (!type.startsWith("text/")) return null;
-  const encoding = (headers["content-transfer-encoding"] || "").toLowerCase();
-  let raw = body;
-  if (encoding === "base64") {
-    try { raw = atob(body.replace(/\s+/g, "")); } catch { raw = body; }
-  } else if (encoding === "quoted-printable") {
-    raw = body.replace(/=\r?\n/g, "").replace(/=([0-9A-Fa-f]{2})/g, (x, hex) => String.fromCharCode(parseInt(hex, 16)));
-  }
-  const text = decodeText(bytesOf(raw), headerParam(ctype, "charset"));
-  return type === "text/html" ? { text: htmlToText(text), html: true } : { text, html: false };
-}
-
-/** An .eml file -> {text, from, subject, date (YYYY-MM-DD or null), dateText}. */
-export function parseEml(binary) {
-  const { headers, body } = splitMessage(binary);
-  const found = bodyText(headers, body);
-  const sent = headers.date ? new Date(headers.date.replace(/\s*\([^)]*\)\s*$/, "")) : null;
-  return {
-    text: (found ? found.text : decodeText(bytesOf(body))).replace(/\r\n?/g, "\n").trim(),
-    from: headers.from ? decodeHeader(headers.from) : "",
-    subject: headers.subject ? decodeHeader(headers.subject) : "",
-    date: sent && !Number.isNaN(sent.getTime()) ? isoDate(sent) : null,
-  };
-}
-
-// -- original text with the values it gave ----------------------------------------------
-
-function escapeRe(s) {
-  return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-}
-
-/** [start, end, path] where a field's current value is written in the message. */
-function findValues(text, leaves) {
-  const hits = [];
-  for (const leaf of leaves) {
-    if (!["text", "longtext", "number", "list"].includes(leaf.kind)) continue;
-    const v = leaf.read();
-    const values = Array.isArray(v) ? v : [v];
-    for (const one of values) {
-      let re = null;
-      if (typeof one === "number" && one > 0) {
-        const forms = [String(one), one.toLocaleString("en-US")].filter((f, i, a) => a.indexOf(f) === i).map(escapeRe);
-        re = new RegExp(`(?<![\\d.,])(?:${forms.join("|")})(?![\\d]|[.,]\\d)`, "g");
-      } else if (typeof one === "string" && one.trim().length >= 2) {
-        re = new RegExp(escapeRe(one.trim()), "giu");
-      }
-      if (!re) continue;
-      for (const m of text.matchAll(re)) hits.push([m.index, m.index + m[0].length, leaf.path]);
-    }
-  }
-  hits.sort((a, b) => a[0] - b[0] || b[1] - a[1]);
-  const kept = [];
-  for (const hit of hits) if (!kept.length || hit[0] >= kept[kept.length - 1][1]) kept.push(hit);
-  return kept;
+  return isoDate(new Date());
 }
 
 // -- the page -------------------------------------------------------------------------
 
 export function mount(root, ctx) {
   let templates = [];
-  let current = null; // {record, form, schema, flagged: Set}
+  let current = null; // {record, form, schema, flagged: Set, flagCount} (the last two from showReview)
   let controller = null;
   let timer = null;
-  let historyRows = new Map();
   let repaintTimer = null;
   let statusTimer = null;
 
@@ -358,44 +120,23 @@ export function mount(root, ctx) {
           h("button", { type: "button", onclick: downloadJson }, h("span", { "aria-hidden": "true" }, "⤓"), t("workorders.download_json")),
           copyStatus))));
 
-  // -- history
-  const historyBody = h("div", { class: "wo-history-body" });
-  const historyStatus = h("span", { class: "hint", role: "status", "aria-live": "polite" });
-  const history = h("section", { class: "card stack wo-history", "aria-labelledby": "wo-history-title" },
-    h("div", { class: "row" },
-      h("h2", { id: "wo-history-title", class: "grow" }, t("workorders.history_title")),
-      h("button", { type: "button", class: "small", onclick: () => loadHistory() }, t("workorders.refresh")),
-      h("button", { type: "button", class: "small", onclick: exportCsv }, h("span", { "aria-hidden": "true" }, "⤓"), t("workorders.export_csv"))),
-    historyStatus, historyBody);
+  // -- history (workorder_history.js): Open shows the record, through the route when it is another
+  const history = historyCard({
+    templateTitle: (name) => templates.find((x) => x.name === name)?.title,
+    currentId: () => current?.record.id,
+    open: (id) => {
+      if (current?.record.id === id) loadRecord(id);
+      else ctx.navigate(`#/workorders/${encodeURIComponent(id)}`);
+    },
+  });
 
   const page = h("div", { class: "page wo-page stack" },
     h("div", {}, h("h1", {}, t("workorders.title")), h("p", { class: "hint wo-intro" }, t("workorders.intro"))),
-    inputForm, result, history);
+    inputForm, result, history.el);
   root.replaceChildren(page);
 
-  // -- drag and drop: the input card takes files; elsewhere a dropped file must not open in the tab
-  const hasFiles = (e) => [...(e.dataTransfer?.types || [])].includes("Files");
-  drop.addEventListener("dragover", (e) => {
-    if (!hasFiles(e)) return;
-    e.preventDefault();
-    e.dataTransfer.dropEffect = "copy";
-    drop.classList.add("wo-drag");
-  });
-  drop.addEventListener("dragleave", (e) => {
-    if (!drop.contains(e.relatedTarget)) drop.classList.remove("wo-drag");
-  });
-  drop.addEventListener("drop", (e) => {
-    if (!hasFiles(e)) return;
-    e.preventDefault();
-    drop.classList.remove("wo-drag");
-    const files = e.dataTransfer.files;
-    if (files.length) readFile(files[0], files.length);
-  });
-  const guard = (e) => {
-    if (hasFiles(e) && !drop.contains(e.target)) e.preventDefault();
-  };
-  window.addEventListener("dragover", guard);
-  window.addEventListener("drop", guard);
+  // -- drag and drop (workorder_drop.js): the input card takes files; elsewhere they are refused
+  const stopDrops = acceptFiles(drop, (files) => readFile(files[0], files.length));
 
   // -- helpers
 
@@ -466,9 +207,8 @@ export function mount(root, ctx) {
 
   async function readFile(file, count = 1) {
     errorBox.hidden = true;
-    const ext = /\.([^.]+)$/.exec(file.name)?.[1]?.toLowerCase() || "";
-    const eml = ext === "eml" || file.type === "message/rfc822";
-    if (!eml && ext !== "txt" && !(ext === "" && file.type === "text/plain")) {
+    const kind = messageFileKind(file);
+    if (!kind) {
       showError(errorBox, t("workorders.file_type", { name: file.name }));
       return;
     }
@@ -477,16 +217,10 @@ export function mount(root, ctx) {
       return;
     }
     try {
-      const bytes = new Uint8Array(await file.arrayBuffer());
-      if (eml) {
-        const mail = parseEml(binaryString(bytes));
-        textArea.value = mail.text;
-        if (mail.date) dateInput.value = mail.date;
-        showMail({ name: file.name, from: mail.from, subject: mail.subject, date: mail.date });
-      } else {
-        textArea.value = decodeText(bytes).replace(/\r\n?/g, "\n").trim();
-        showMail(null);
-      }
+      const { text, mail } = await readMessageFile(file, kind);
+      textArea.value = text;
+      if (mail?.date) dateInput.value = mail.date;
+      showMail(mail && { name: file.name, from: mail.from, subject: mail.subject, date: mail.date });
     } catch (e) {
       showError(errorBox, t("workorders.file_unreadable", { name: file.name, message: e.message }));
       return;
@@ -545,7 +279,7 @@ export function mount(root, ctx) {
     } finally {
       controller = null;
       busy(false);
-      loadHistory();
+      history.load();
     }
   }
 
@@ -572,70 +306,14 @@ export function mount(root, ctx) {
     } else {
       formBox.append(h("p", { class: "muted" }, t("workorders.no_fields")));
     }
-    renderFlags(rec);
+    Object.assign(current, showReview(summary, rec, current.form, schema));
     paint();
-    markHistory();
-  }
-
-  function renderFlags(rec) {
-    const flags = flagsOf(rec);
-    const onField = [];
-    const general = [];
-    for (const f of flags) {
-      const control = f.path && current.form ? current.form.flag(f.path, f.severity, f.text) : null;
-      if (control) onField.push({ ...f, control });
-      else general.push(f);
-    }
-    const real = onField.filter((f) => f.severity !== "info");
-    current.flagged = new Set(real.map((f) => f.path));
-    const fieldsOf = (list) => new Set(list.map((f) => f.path.replace(/\[\d+\]$/, ""))).size;
-    const must = fieldsOf(real.filter((f) => f.severity === "review"));
-    const look = fieldsOf(real);
-    const notes = general.filter((f) => f.severity !== "info");
-    current.flagCount = look + notes.length;
-    if (!real.length && !notes.length && rec.status === "ok") {
-      summary.className = "wo-summary wo-summary-ok";
-      summary.replaceChildren(h("p", {}, h("span", { "aria-hidden": "true" }, "✓ "), t("workorders.nothing_flagged")));
-      return;
-    }
-    summary.className = "wo-summary notice";
-    const goto = (f) => h("button", {
-      type: "button", class: "wo-link",
-      onclick: () => {
-        f.control.scrollIntoView({ block: "center", behavior: "smooth" });
-        f.control.focus({ preventScroll: true });
-      },
-    }, pathLabel(f.path, current.schema));
-    clear(summary,
-      h("p", { class: "wo-summary-title" }, h("span", { "aria-hidden": "true" }, "⚠ "),
-        h("strong", {}, must ? plural("workorders.flags_count", must) : look ? plural("workorders.look_count", look) : t("workorders.check_answer"))),
-      real.length ? h("ul", { class: "wo-summary-list" }, real.map((f) => h("li", { class: `wo-flag-${f.severity}` },
-        linkLine(goto(f), f.text), f.severity === "review" ? h("span", { class: "wo-must" }, t("workorders.must_check")) : null))) : null,
-      notes.length ? h("ul", { class: "wo-summary-list" }, notes.map((f) => h("li", {}, f.text))) : null);
-  }
-
-  /** "{field}: {text}" from the i18n pattern, with the field as a button. */
-  function linkLine(button, text) {
-    const [before, after = ""] = t("workorders.summary_line", { text }).split("{field}");
-    return [before, button, after];
+    history.mark();
   }
 
   function paint() {
-    const rec = current?.record;
-    if (!rec) return;
-    const text = rec.text || "";
-    const leaves = current.form ? current.form.leaves() : [];
-    const hits = findValues(text, leaves);
-    const parts = [];
-    let at = 0;
-    for (const [a, b, path] of hits) {
-      if (a > at) parts.push(text.slice(at, a));
-      const flagged = [...(current.flagged || [])].some((p) => p === path || path.startsWith(`${p}.`) || path.startsWith(`${p}[`));
-      parts.push(h("mark", { class: flagged ? "wo-mark wo-mark-flag" : "wo-mark", dataset: { path }, title: pathLabel(path, current.schema) }, text.slice(a, b)));
-      at = b;
-    }
-    parts.push(text.slice(at));
-    originalText.replaceChildren(...parts);
+    if (!current?.record) return;
+    paintOriginal(originalText, current.record.text || "", current.form ? current.form.leaves() : [], current.flagged, current.schema);
   }
 
   formBox.addEventListener("input", () => {
@@ -643,16 +321,7 @@ export function mount(root, ctx) {
     repaintTimer = setTimeout(paint, 200);
   });
   formBox.addEventListener("focusin", (e) => {
-    const leaf = current?.form?.leaves().find((l) => l.control === e.target);
-    for (const m of originalText.querySelectorAll(".wo-mark-active")) m.classList.remove("wo-mark-active");
-    if (!leaf) return;
-    const marks = [...originalText.querySelectorAll("mark")].filter((m) => m.dataset.path === leaf.path);
-    for (const m of marks) m.classList.add("wo-mark-active");
-    if (marks[0]) {
-      const box = originalText.getBoundingClientRect();
-      const r = marks[0].getBoundingClientRect();
-      if (r.top < box.top || r.bottom > box.bottom) originalText.scrollTop += r.top - box.top - box.height / 3;
-    }
+    showActive(originalText, current?.form?.leaves().find((l) => l.control === e.target));
   });
 
   function currentJson() {
@@ -679,7 +348,7 @@ export function mount(root, ctx) {
 
   async function loadRecord(id) {
     try {
-      const rec = historyRows.get(id) || fromAudit(await get(`v1/workorders/${encodeURIComponent(id)}`));
+      const rec = history.record(id) || fromAudit(await get(`v1/workorders/${encodeURIComponent(id)}`));
       textArea.value = rec.text || "";
       if (templates.some((x) => x.name === rec.template)) templateSelect.value = rec.template;
       showTemplateHint();
@@ -690,90 +359,6 @@ export function mount(root, ctx) {
       resultTitle.focus({ preventScroll: true });
     } catch (e) {
       showError(errorBox, t("workorders.open_failed", { message: e.message }));
-    }
-  }
-
-  // -- history
-
-  function summaryOf(rec) {
-    const out = rec.output || {};
-    const name = typeof out.customer_name === "string" && out.customer_name.trim() ? out.customer_name.trim() : null;
-    const first = (rec.text || "").trim().split(/\n/)[0];
-    return name || (first.length > 70 ? `${first.slice(0, 70)}…` : first);
-  }
-
-  function markHistory() {
-    for (const tr of historyBody.querySelectorAll("tr[data-id]")) {
-      if (current && tr.dataset.id === current.record.id) tr.setAttribute("aria-current", "true");
-      else tr.removeAttribute("aria-current");
-    }
-  }
-
-  async function loadHistory() {
-    historyStatus.textContent = t("workorders.history_loading");
-    let res;
-    try {
-      res = await get(`v1/workorders?limit=${HISTORY_LIMIT}`);
-    } catch (e) {
-      historyStatus.textContent = "";
-      historyBody.replaceChildren(h("div", { class: "error-box" }, t("workorders.history_failed", { message: e.message })));
-      return;
-    }
-    const records = (res.data || []).map(fromAudit);
-    historyRows = new Map(records.map((r) => [r.id, r]));
-    historyStatus.textContent = res.total > records.length ? t("workorders.history_more", { n: records.length, total: res.total }) : "";
-    if (!records.length) {
-      historyBody.replaceChildren(h("p", { class: "muted" }, t("workorders.history_empty")));
-      return;
-    }
-    historyBody.replaceChildren(h("div", { class: "wo-table-scroll" }, h("table", { class: "wo-history-table" },
-      h("thead", {}, h("tr", {},
-        h("th", { scope: "col" }, t("workorders.col_time")),
-        h("th", { scope: "col" }, t("workorders.col_template")),
-        h("th", { scope: "col" }, t("workorders.col_customer")),
-        h("th", { scope: "col" }, t("workorders.col_status")),
-        h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, t("workorders.actions"))))),
-      h("tbody", {}, records.map((r) => {
-        const when = r.time ? formatTime(r.time) : "";
-        return h("tr", { dataset: { id: r.id } },
-          h("td", { class: "wo-nowrap" }, when),
-          h("td", {}, templateName(r.template, templates.find((x) => x.name === r.template)?.title)),
-          h("td", { class: "wo-data wo-history-summary" }, summaryOf(r)),
-          h("td", {}, statusBadge(r.status)),
-          h("td", {}, h("button", {
-            type: "button", class: "small", "aria-label": t("workorders.open_label", { when }),
-            onclick: () => {
-              if (current?.record.id === r.id) loadRecord(r.id);
-              else ctx.navigate(`#/workorders/${encodeURIComponent(r.id)}`);
-            },
-          }, t("workorders.open"))));
-      })))));
-    markHistory();
-  }
-
-  async function exportCsv() {
-    historyStatus.textContent = t("workorders.exporting");
-    try {
-      const headers = apiKey() ? { Authorization: `Bearer ${apiKey()}` } : {};
-      let res;
-      try {
-        res = await fetch("v1/workorders/export?format=csv", { headers });
-      } catch {
-        throw new Error(t("workorders.offline"));
-      }
-      if (!res.ok) {
-        let message = `HTTP ${res.status}`;
-        try { message = (await res.json()).error.message || message; } catch { /* not JSON */ }
-        if (res.status === 401) window.dispatchEvent(new CustomEvent("flashdesk:need-key"));
-        throw new Error(message);
-      }
-      const name = /filename="([^"]+)"/.exec(res.headers.get("content-disposition") || "")?.[1] || `workorders-${today()}.csv`;
-      const text = await res.text(); // the decoder drops the BOM Excel needs to read UTF-8: put it back
-      download(name, text.startsWith("\ufeff") ? text : `\ufeff${text}`, "text/csv;charset=utf-8");
-      historyStatus.textContent = t("workorders.exported", { name });
-    } catch (e) {
-      historyStatus.textContent = "";
-      historyBody.prepend(h("div", { class: "error-box", role: "alert" }, t("workorders.export_failed", { message: e.message })));
     }
   }
 
@@ -789,7 +374,7 @@ export function mount(root, ctx) {
     }
   });
   if (saved.mail) showMail(saved.mail);
-  loadHistory();
+  history.load();
 
   return {
     route(arg) {
@@ -801,8 +386,7 @@ export function mount(root, ctx) {
       clearInterval(timer);
       clearTimeout(repaintTimer);
       clearTimeout(statusTimer);
-      window.removeEventListener("dragover", guard);
-      window.removeEventListener("drop", guard);
+      stopDrops();
       saved.text = textArea.value;
       saved.template = templateSelect.value || saved.template;
       saved.sentDate = dateInput.value;

@@ -1,0 +1,94 @@
+// "Your computer" on the Models page: what flashdesk runs on (processor or graphics card,
+// and why not the graphics card when there is one), and whether the speed-up
+// (speculative decoding) is on, in plain words first, the exact facts folded below.
+// Functions only: they build DOM from the /v1/system and /health answers, the page
+// decides when.
+
+import { formatBytes, h } from "./dom.js";
+import { formatNumber, t } from "./i18n.js";
+
+const BACKEND_NAMES = { cuda: "CUDA", metal: "Metal", vulkan: "Vulkan", rocm: "ROCm", hip: "ROCm", sycl: "SYCL",
+  opencl: "OpenCL", cann: "CANN", musa: "MUSA" };
+
+/** The card's content when /v1/system did not answer; `retry` asks again. */
+export function systemErrorView(message, retry) {
+  return h("div", { class: "error-box", role: "alert" },
+    h("p", {}, t("models.system_error", { message })),
+    h("button", { type: "button", "data-key": "retry-system", onclick: retry }, t("common.retry")));
+}
+
+/** The card's content from GET /v1/system (`system`) and the latest /health answer. */
+export function computerView(system, health) {
+  const s = system;
+  const threads = s.threads ?? 1;
+  const threadText = threads === 1 ? t("models.threads_one") : t("models.threads_other", { n: formatNumber(threads) });
+  const gpus = (s.devices || []).filter((d) => d.type === "gpu" || d.type === "igpu");
+  const { lead, why } = leadText(s, gpus, threadText);
+
+  const facts = [
+    [t("models.hw_in_use"), s.backend === "cpu" || !s.backend ? t("models.hw_processor") : t("models.hw_graphics")],
+    [t("models.hw_cores"), s.cpu_count ? t("models.hw_cores_value", { cores: formatNumber(s.cpu_count), threads: threadText }) : threadText],
+    s.memory_bytes ? [t("models.hw_memory"), formatBytes(s.memory_bytes)] : null,
+    [t("models.hw_gpu_label"), gpus.length
+      ? gpus.map((g) => [g.description || g.name, g.memory_bytes ? ` (${formatBytes(g.memory_bytes)})` : ""].join("")).join(", ")
+      : t("models.hw_gpu_none")],
+  ];
+
+  const sp = speculationFacts(health, s);
+  return [
+    h("p", { class: "hw-lead" }, lead),
+    why ? h("p", {}, why) : null,
+    h("dl", { class: "facts" }, facts.filter(Boolean).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+    h("h3", {}, t("models.speed_title")),
+    h("p", { class: "hint" }, t("models.speed_explain")),
+    h("p", { class: sp.cls }, sp.text),
+    h("details", { class: "hw-details" },
+      h("summary", {}, t("models.hw_details")),
+      h("dl", { class: "facts" },
+        h("dt", {}, t("models.hw_llama")), h("dd", {}, s.llama_cpp_version || "?"),
+        h("dt", {}, t("models.hw_backends")), h("dd", {}, (s.backends || []).join(", ") || "?"),
+        s.cpu_features?.length ? [h("dt", {}, t("models.hw_features")), h("dd", { class: "hw-features" }, s.cpu_features.join(" "))] : null,
+        sp.why ? [h("dt", {}, t("models.hw_exact")), h("dd", {}, sp.why)] : null,
+        s.home ? [h("dt", {}, t("models.hw_home")), h("dd", { class: "path" }, s.home)] : null)),
+  ];
+}
+
+/** The first sentence (what runs the model) and, when it is not the graphics card, why not. */
+function leadText(s, gpus, threadText) {
+  if (s.reason === "gpu") {
+    const g = gpus[0] || {};
+    return { lead: t("models.hw_gpu", { device: g.description || g.name || t("models.unknown"),
+      backend: BACKEND_NAMES[(s.backend || "").toLowerCase()] || g.backend || s.backend }), why: null };
+  }
+  if (s.reason === "no_gpu_build") {
+    return { lead: t("models.hw_cpu", { threads: threadText }), why: t("models.hw_no_gpu_build") };
+  }
+  if (s.reason === "gpu_not_found") {
+    const gpuBackends = (s.backends || []).filter((b) => !["cpu", "blas", "rpc"].includes(b.toLowerCase()));
+    return { lead: t("models.hw_cpu", { threads: threadText }),
+      why: t("models.hw_gpu_not_found", { backends: gpuBackends.map((b) => BACKEND_NAMES[b.toLowerCase()] || b).join(", ") || "GPU" }) };
+  }
+  return { lead: s.summary || t("models.unknown"), why: null }; // a reason this page does not know yet: the server's own words
+}
+
+/** Whether speculative decoding is on at all on this computer, for "Your computer". */
+function speculationFacts(health, system) {
+  const fromHealth = health?.status === "ready" ? health.speculation : null;
+  const sp = fromHealth ? { exact: fromHealth.exact, enabled: fromHealth.enabled, why: fromHealth.exact_why }
+    : system.speculation;
+  if (!sp) return { text: t("models.speed_unknown"), cls: "muted", why: null };
+  if (sp.enabled && sp.exact) return { text: t("models.speed_on"), cls: "ok-text", why: sp.why };
+  if (sp.enabled) return { text: t("models.speed_on_inexact"), cls: "warn-text", why: sp.why };
+  return { text: t("models.speed_off"), cls: "warn-text", why: sp.why };
+}
+
+/** What the speed-up does right now for the served model `m` (a model card's "Speed-up now"), from /health. */
+export function speedNow(m, health) {
+  const sp = health?.status === "ready" ? health.speculation : null;
+  if (!sp) return null;
+  if (!sp.enabled) return { text: t("models.speed_off_here"), cls: "muted" };
+  if (sp.draft_error) return { text: t("models.speed_draft_error", { message: sp.draft_error }), cls: "warn-text" };
+  if ((sp.drafters || []).includes("dflash")) return { text: t("models.speed_draft_on"), cls: "ok-text" };
+  if (m.draft) return { text: t("models.speed_draft_not_loaded"), cls: "warn-text" };
+  return { text: t("models.speed_lookup_only"), cls: "" };
+}
