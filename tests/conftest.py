@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -80,8 +82,28 @@ class ServerProcess:
         self.base = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "server.cli", "--home", str(home), "serve", "--port", str(self.port),
                "--ctx", str(TEST_CTX), "--threads", "2", *flags]
-        self.log = open(home / f"server-{self.port}.log", "w")
+        self.log_path = home / f"server-{self.port}.log"
+        self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        """Like wait_ready(), but a server that exits fails at once, and either failure shows its log.
+        The long timeout is for a busy machine: a load takes ~5 s alone, far longer beside heavy jobs."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited ({self.proc.returncode}): {self.log_tail()}")
+            try:
+                if httpx.get(f"{self.base}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"server at {self.base} was not ready after {timeout:.0f} s: {self.log_tail()}")
+
+    def log_tail(self, lines: int = 15) -> str:
+        self.log.flush()
+        return "\n".join(self.log_path.read_text("utf-8", errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -90,6 +112,32 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.log.close()
+
+
+@contextmanager
+def serving(home: Path, *flags: str):
+    """`flashdesk serve` on `home`, ready before the body runs, stopped after it."""
+    srv = ServerProcess(home, *flags)
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+def linked_home(home: Path, store: ModelStore) -> Path:
+    """A flashdesk home whose models/smollm2 holds links to the test cache's model files (and
+    copies of its JSON: manifest, measured verify cost), so the store may delete or re-pair
+    there: it removes the links, never their targets."""
+    src = Path(store.get("smollm2").path).parent
+    dst = home / "models" / "smollm2"
+    dst.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.suffix == ".gguf":
+            (dst / f.name).symlink_to(f)
+        elif f.suffix == ".json":
+            shutil.copy(f, dst / f.name)
+    return home
 
 
 @pytest.fixture(scope="session")

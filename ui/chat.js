@@ -163,7 +163,10 @@ class ChatPage {
 
   rename(item, c) {
     const input = h("input", { value: c.title, "aria-label": t("chat.rename_label"), maxlength: 200 });
+    let finished = false; // Enter (or Escape) and then the blur of the removed field: act once
     const done = async (save) => {
+      if (finished) return;
+      finished = true;
       if (save && input.value.trim() && input.value.trim() !== c.title) {
         try {
           await patch(`/v1/conversations/${enc(c.id)}`, { title: input.value.trim() });

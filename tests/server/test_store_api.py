@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import ServerProcess, wait_ready
+from conftest import linked_home, serving, wait_ready
 from conftest import test_home as cache_home  # renamed: pytest would collect a test_* name
 from engine.catalog import CATALOG
 from tiny_gguf import write_valid
@@ -35,26 +35,13 @@ COUNTING = {"model": "smollm2", "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 150
 @pytest.fixture(scope="module")
 def home(tmp_path_factory, store) -> Path:
     """A home whose smollm2 folder links to the test cache's files (with its paired draft)."""
-    h = tmp_path_factory.mktemp("store-home")
-    src = Path(store.get("smollm2").path).parent
-    dst = h / "models" / "smollm2"
-    dst.mkdir(parents=True)
-    for f in src.iterdir():
-        if f.suffix == ".gguf":
-            (dst / f.name).symlink_to(f)
-        elif f.suffix == ".json":  # the manifest and the measured verify cost (saves a measurement)
-            shutil.copy(f, dst / f.name)
-    return h
+    return linked_home(tmp_path_factory.mktemp("store-home"), store)
 
 
 @pytest.fixture(scope="module")
 def srv(home):
-    s = ServerProcess(home, "--parallel", "2")
-    try:
-        wait_ready(s.base)
+    with serving(home, "--parallel", "2") as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")

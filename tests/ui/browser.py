@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from conftest import ROOT, ServerProcess, wait_ready
+from conftest import ROOT, serving
 
 CHROMIUM = os.environ.get("FLASHDESK_CHROMIUM", "/usr/bin/chromium")
 # What DESIGN.md §8 found works with no network beyond loopback (Playwright adds a fresh profile).
@@ -32,12 +32,8 @@ def ui_home(tmp_path_factory, store) -> Path:
 
 @pytest.fixture(scope="session")
 def ui_server(ui_home):
-    srv = ServerProcess(ui_home, "--parallel", "2")
-    try:
-        wait_ready(srv.base)
+    with serving(ui_home, "--parallel", "2") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from conftest import ServerProcess, wait_ready
+from conftest import serving
 from tests.ui.browser import Page
 
 KEY = "shop-floor-secret-123"
@@ -13,12 +13,8 @@ KEY = "shop-floor-secret-123"
 
 @pytest.fixture(scope="module")
 def keyed_server(ui_home):
-    srv = ServerProcess(ui_home, "--api-key", KEY, "--parallel", "1")
-    try:
-        wait_ready(srv.base)
+    with serving(ui_home, "--api-key", KEY, "--parallel", "1") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def test_the_page_asks_for_the_key_and_then_uses_it(browser, keyed_server):

@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
-from conftest import ROOT, ServerProcess, wait_ready
+from conftest import ROOT, linked_home, serving
 from tests.ui.browser import Page
 
 PATH_LABEL = "Where is the model file?"
@@ -173,21 +172,8 @@ def test_download_progress_error_and_retry(tab):
 def own_server(tmp_path, store):
     """A server with a home of its own: models/smollm2 links to the test cache's files (the
     store deletes the links, never their targets), so this test may import, delete and pair."""
-    home = tmp_path / "home"
-    src = Path(store.get("smollm2").path).parent
-    dst = home / "models" / "smollm2"
-    dst.mkdir(parents=True)
-    for f in src.iterdir():
-        if f.suffix == ".gguf":
-            (dst / f.name).symlink_to(f)
-        elif f.suffix == ".json":  # the manifest and the measured verify cost
-            shutil.copy(f, dst / f.name)
-    srv = ServerProcess(home, "--parallel", "1")
-    try:
-        wait_ready(srv.base)
+    with serving(linked_home(tmp_path / "home", store), "--parallel", "1") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 # Records what the page showed while a job ran (it may be over before a poll of the test sees it).
