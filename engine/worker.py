@@ -283,8 +283,14 @@ class Engine:
                 continue
             slot = prefix.best_slot(free, req.prompt_tokens)
             max_new = req.max_tokens or (self.n_ctx - len(req.prompt_tokens))
-            spec = self._spec_for(req, slot)
-            reused = prefix.reuse(slot, self.ctx, req.prompt_tokens, spec.drafter if spec else None)
+            try:
+                spec = self._spec_for(req, slot)
+                reused = prefix.reuse(slot, self.ctx, req.prompt_tokens, spec.drafter if spec else None)
+            except Exception as e:  # a bug (a failed measurement, say): this request fails, the worker goes on
+                log.exception("could not start a request")
+                prefix.drop(slot, self.ctx)  # whatever it held may be half-overwritten
+                req.sink(StreamEvent(error=GenerationFailed(f"engine error: {e}")))
+                continue
             slot.start(req, self.model, max_new, spec, reused)
 
     def _step(self) -> None:

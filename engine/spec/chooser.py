@@ -38,7 +38,9 @@ class CostCurve:
     @classmethod
     def measure(cls, ctx: Context, n_threads: int, seq_id: int = 0, context_tokens: int = 256,
                 reps: int = 3) -> "CostCurve":
-        """Time decodes of 1..MAX_ROWS rows after `context_tokens` of history on a free sequence."""
+        """Time decodes of 1..MAX_ROWS rows after `context_tokens` of history on a free sequence
+        (fewer when the sequence's context is small: history plus rows must fit in it)."""
+        context_tokens = max(1, min(context_tokens, ctx.n_ctx_seq - MAX_ROWS))
         batch = ctx.batch
         filler = [ctx.model.bos_id if ctx.model.bos_id >= 0 else 0] * context_tokens
         try:

@@ -153,3 +153,17 @@ def test_more_requests_than_slots_all_complete(engine):
     assert all(r.finish_reason in ("length", "stop") for r in results)
     alone = engine.complete("Count from 3:", sampling=GREEDY, max_tokens=8)
     assert results[3].tokens == alone.tokens
+
+
+def test_a_small_context_still_speculates_and_answers(model_path):
+    """The cost curve is measured inside the request's own sequence: with a 256-token context
+    its history must shrink to fit (it used to overflow, kill the worker and hang the caller)."""
+    from engine import Engine, EngineConfig
+
+    eng = Engine.load(model_path, EngineConfig(n_ctx=256, n_parallel=1, n_threads=2))
+    try:
+        done = eng.chat([{"role": "user", "content": "Say hi."}], sampling=SamplingParams(temperature=0),
+                        max_tokens=8)
+        assert done.usage.completion_tokens > 0
+    finally:
+        eng.close()
