@@ -1,4 +1,4 @@
-"""The `flashdesk` command: serve, pull, models, pair, import, train-draft.
+"""The `flashdesk` command: serve, pull, models, pair, import, train-draft, inspect, quantize.
 
 Flags feed `Settings` (which also reads FLASHDESK_* variables); messages are for
 people, and every failure says what to do next. Exit status 2 for a usage or input
@@ -140,6 +140,9 @@ def parser() -> argparse.ArgumentParser:
     from draft_training.cli import add_parser as add_train_draft  # argparse only: torch loads when it runs
 
     add_train_draft(sub)
+    from gguf_tools.cli import add_parsers as add_gguf_tools
+
+    add_gguf_tools(sub)
     return p
 
 

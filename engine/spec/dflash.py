@@ -32,6 +32,7 @@ import numpy as np
 
 from gguf_tools import GGUFFormatError, check_gguf
 from gguf_tools.dflash_draft import read_metadata
+from gguf_tools.llama_facts import CAPTURE_ARCHS
 
 from ..context import Batch, Context
 from ..errors import GenerationFailed, ModelLoadError
@@ -41,9 +42,6 @@ from . import llama_ext as ext
 from .drafter import Proposal, SeqView
 from .select import select
 
-# Target architectures whose graph in the pinned llama.cpp sets the input of every layer
-# as a capturable tensor (`res->t_layer_inp[il]`); others abort on the first decode.
-CAPTURE_ARCHS = frozenset({"llama", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma4", "gpt-oss"})
 MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: more aborts the loader
 MAX_PENDING = 512  # observed rows a sequence keeps before injecting anyway (~6 MB for SmolLM2's 5 taps)
 HINT = "HINT: export the draft for this exact target with `gguf_tools.dflash_draft`, or run without a draft."

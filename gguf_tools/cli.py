@@ -1,0 +1,152 @@
+"""`flashdesk inspect` and `flashdesk quantize`: the GGUF tools as sub-commands.
+
+    flashdesk inspect FILE.gguf [--json]
+    flashdesk quantize IN.gguf OUT.gguf --type Q4_K_M [--threads N] [--allow-requantize] [--force]
+
+`server/cli.py` registers these with `add_parsers(sub)`; the work is done by the library
+functions (`gguf_tools.inspect.inspect_gguf`, `gguf_tools.quantize.quantize`), which the UI
+can call too. Exit status 2 for a refused request or a broken file (one line, never a
+traceback), 1 when llama.cpp failed, 130 on Ctrl+C.
+
+Not the place for GGUF logic: this file parses flags, draws the progress bar and words
+the messages. It never imports the engine: the trial load of a quantized file runs
+`python -m engine.probe` as a child process (llama.cpp may abort on a bad file, and the
+light gguf_tools layer must not pull in the engine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+from .check import GGUFFormatError
+from .inspect import format_report, inspect_gguf
+from .quantize import QTYPES, QuantizeFailed, QuantizeRefused, partial_path, quantize
+
+HINT_BROKEN = "HINT: download or convert the model again; this file cannot be used."
+
+
+def add_parsers(sub) -> None:
+    s = sub.add_parser("inspect", help="show what is in a .gguf model file")
+    s.add_argument("path", help="the .gguf file")
+    s.add_argument("--json", action="store_true", help="print one JSON object (for scripts)")
+    s.set_defaults(func=cmd_inspect)
+
+    s = sub.add_parser("quantize", help="make a smaller (quantized) copy of a .gguf model with llama.cpp")
+    s.add_argument("src", metavar="IN.gguf")
+    s.add_argument("dst", metavar="OUT.gguf")
+    s.add_argument("--type", required=True, type=str.upper, choices=list(QTYPES), metavar="TYPE",
+                   help=f"target type: {', '.join(QTYPES)} (Q4_K_M is a good default)")
+    s.add_argument("--threads", type=int, help="CPU threads (default: all)")
+    s.add_argument("--allow-requantize", action="store_true",
+                   help="quantize a file that is already quantized (loses quality)")
+    s.add_argument("--force", action="store_true", help="replace OUT.gguf if it exists")
+    s.add_argument("--no-load-check", action="store_true", help="skip the trial load of the result by llama.cpp")
+    s.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    s.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
+    s.set_defaults(func=cmd_quantize)
+
+
+def _fail(msg: str, status: int = 2) -> int:
+    print(f"error: {msg}", file=sys.stderr)
+    return status
+
+
+def cmd_inspect(a) -> int:
+    try:
+        r = inspect_gguf(a.path)
+    except GGUFFormatError as e:
+        return _fail(f"{a.path} is not a valid GGUF file: {e}. {HINT_BROKEN}")
+    except OSError as e:
+        return _fail(f"cannot read {a.path}: {e.strerror or e}. HINT: check the path.")
+    print(json.dumps(r, indent=2) if a.json else format_report(r))
+    return 0
+
+
+def _load_check(path: str) -> tuple[bool, str]:
+    """(ok, what llama.cpp said): a trial load in a child process, as `flashdesk import` does."""
+    try:
+        out = subprocess.run([sys.executable, "-m", "engine.probe", path], capture_output=True, text=True,
+                             timeout=600)
+    except subprocess.TimeoutExpired:
+        return False, "llama.cpp took over 10 minutes to load it"
+    if out.returncode == 0:
+        info = json.loads(out.stdout.strip().splitlines()[-1])
+        return True, f"{info['description']}, {info['n_params'] / 1e6:.1f}M parameters"
+    lines = [ln.strip() for ln in out.stderr.splitlines() if ln.strip()]
+    return False, lines[-1] if lines else f"exit status {out.returncode}"
+
+
+def _on_interrupt(dst: str, bar):
+    """Ctrl+C: llama.cpp cannot be stopped mid-way, so end the process here (the handler
+    runs at the next tensor) after removing the partial output; DST was never touched."""
+
+    def handler(signum, frame):
+        if bar[0] is not None:
+            bar[0].close()
+        hint = ""
+        try:
+            os.remove(partial_path(dst))
+        except FileNotFoundError:
+            pass
+        except OSError:  # Windows will not delete a file llama.cpp still has open
+            hint = f" HINT: delete {partial_path(dst)}."
+        print(f"\nstopped; {dst} was not written.{hint}", file=sys.stderr, flush=True)
+        os._exit(130)
+
+    return handler
+
+
+def cmd_quantize(a) -> int:
+    from tqdm import tqdm
+
+    bar = [None]
+
+    def progress(done: int, total: int) -> None:
+        if bar[0] is None:
+            bar[0] = tqdm(total=total, unit="tensor", desc=f"quantizing to {a.type}", file=sys.stderr,
+                          disable=a.json or None)
+        bar[0].update(done - bar[0].n)
+
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, _on_interrupt(a.dst, bar)) if main else None
+    try:
+        report = quantize(a.src, a.dst, a.type, threads=a.threads, progress=progress,
+                          allow_requantize=a.allow_requantize, force=a.force, verbose=a.verbose)
+    except GGUFFormatError as e:
+        return _fail(f"{a.src} is not a valid GGUF file: {e}. {HINT_BROKEN}")
+    except QuantizeRefused as e:
+        return _fail(str(e))
+    except QuantizeFailed as e:
+        return _fail(str(e), 1)
+    except OSError as e:
+        return _fail(f"{e.filename or a.dst}: {e.strerror or e}. HINT: check the paths and free disk space.", 1)
+    finally:
+        if bar[0] is not None:
+            bar[0].close()
+        if main:
+            signal.signal(signal.SIGINT, old)
+    r = report.as_dict()
+    if not a.no_load_check:
+        ok, said = _load_check(report.dst)
+        r["loads"] = ok
+        if not ok:
+            os.remove(report.dst)
+            return _fail(f"llama.cpp cannot load the quantized file ({said}); it was removed. HINT: try another "
+                         "--type, or run with --verbose and report the log.", 1)
+    if a.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    print(f"{os.path.basename(report.src)} -> {report.dst} ({report.qtype})")
+    print(f"  {report.input_bytes / 1e6:.1f} MB -> {report.output_bytes / 1e6:.1f} MB "
+          f"({report.ratio:.2f} of the size) in {report.seconds:.1f} s, {report.n_tensors} tensors")
+    if report.fallback_tensors:
+        print(f"  {report.fallback_tensors} tensor(s) stored at a fallback type: their row length does not fit "
+              "the planned type (common in small models)")
+    if not a.no_load_check:
+        print(f"  llama.cpp loads it: {said}")
+    return 0
