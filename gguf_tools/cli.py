@@ -1,7 +1,9 @@
-"""`flashdesk inspect` and `flashdesk quantize`: the GGUF tools as sub-commands.
+"""The GGUF tools as `flashdesk` sub-commands: inspect, quantize, convert, export-hf.
 
     flashdesk inspect FILE.gguf [--json]
     flashdesk quantize IN.gguf OUT.gguf --type Q4_K_M [--threads N] [--allow-requantize] [--force]
+    flashdesk convert HF_DIR [--out PATH] [--outtype f32|f16|bf16|q8_0]   (gguf_tools/convert/cli.py)
+    flashdesk export-hf FILE.gguf OUT_DIR [--dtype float32|float16|bfloat16]
 
 `server/cli.py` registers these with `add_parsers(sub)`; the work is done by the library
 functions (`gguf_tools.inspect.inspect_gguf`, `gguf_tools.quantize.quantize`), which the UI
@@ -24,6 +26,7 @@ import sys
 import threading
 
 from .check import GGUFFormatError
+from .convert.cli import add_convert_parser
 from .inspect import format_report, inspect_gguf
 from .quantize import QTYPES, QuantizeFailed, QuantizeRefused, partial_path, quantize
 
@@ -49,6 +52,27 @@ def add_parsers(sub) -> None:
     s.add_argument("--json", action="store_true", help="print the report as one JSON object")
     s.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
     s.set_defaults(func=cmd_quantize)
+
+    add_convert_parser(sub)
+
+    s = sub.add_parser("export-hf", help="write a Hugging Face folder (safetensors, tokenizer.json) from a llama .gguf",
+                       description="The reverse of convert, for llama-architecture files: weights dequantized to "
+                                   "float, tokenizer.json rebuilt from the GGUF's vocabulary and merges.")
+    s.add_argument("path", metavar="FILE.gguf")
+    s.add_argument("out_dir", metavar="OUT_DIR", help="an empty or new folder")
+    s.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    s.set_defaults(func=cmd_export_hf)
+
+
+def cmd_export_hf(a) -> int:
+    from .export_hf import ExportError, export_hf
+
+    try:
+        r = export_hf(a.path, a.out_dir, a.dtype)
+    except (ExportError, GGUFFormatError) as e:
+        return _fail(str(e))
+    print(f"{r.out_dir}: {r.n_tensors} tensors, {r.bytes_written / 1e6:.1f} MB in {r.seconds:.1f} s")
+    return 0
 
 
 def _fail(msg: str, status: int = 2) -> int:
