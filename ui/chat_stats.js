@@ -17,7 +17,7 @@ export function summaryText(meta) {
   if (spec && spec.mode !== "off" && spec.verifies > 0) {
     parts.push(t("chat.stats_tau", { tau: formatNumber(spec.tau, 2) }));
     if (spec.speedup) parts.push(t("chat.stats_speedup", { x: formatNumber(spec.speedup, 1) }));
-  } else if (meta.usage && !spec) {
+  } else if (meta.usage) { // no speculation, or the chooser decoded every step plainly
     parts.push(t("chat.stats_plain"));
   }
   if (meta.stopped) parts.push(t("chat.stats_stopped"));
