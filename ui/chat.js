@@ -8,7 +8,7 @@ import { activeGeneration, generate, stopGeneration } from "./chat_generation.js
 import { clean, rememberDefaults, savedDefaults, settingsPanel, switchModel } from "./chat_settings.js";
 import { detailsButton, summaryText } from "./chat_stats.js";
 import { clear, confirmDialog, copyText, h } from "./dom.js";
-import { language, t } from "./i18n.js";
+import { errorText, language, t } from "./i18n.js";
 import { renderInto, renderMarkdown } from "./markdown.js";
 
 const enc = encodeURIComponent;
@@ -121,7 +121,7 @@ class ChatPage {
       await switchModel(name);
       this.note(t("chat.switching", { model: name }));
     } catch (err) {
-      this.note(t("common.error", { message: err.message }), true);
+      this.note(t("common.error", { message: errorText(err) }), true);
     }
   }
 
@@ -132,7 +132,7 @@ class ChatPage {
     try {
       rows = (await get(`/v1/conversations?limit=100${this.search ? `&q=${enc(this.search)}` : ""}`)).data;
     } catch (err) {
-      clear(this.list, h("li", { class: "error-box" }, t("common.error", { message: err.message })));
+      clear(this.list, h("li", { class: "error-box" }, t("common.error", { message: errorText(err) })));
       return;
     }
     if (!rows.length) {
@@ -172,7 +172,7 @@ class ChatPage {
           await patch(`/v1/conversations/${enc(c.id)}`, { title: input.value.trim() });
           if (this.conversation?.id === c.id) this.setTitle(input.value.trim());
         } catch (err) {
-          this.note(t("common.error", { message: err.message }), true);
+          this.note(t("common.error", { message: errorText(err) }), true);
         }
       }
       this.loadList();
@@ -194,7 +194,7 @@ class ChatPage {
     try {
       await del(`/v1/conversations/${enc(c.id)}`);
     } catch (err) {
-      this.note(t("common.error", { message: err.message }), true);
+      this.note(t("common.error", { message: errorText(err) }), true);
     }
     if (this.conversation?.id === c.id) this.ctx.navigate("#/chat");
     this.loadList();
@@ -218,7 +218,7 @@ class ChatPage {
         this.conversation = null;
         this.setTitle("");
         clear(this.messages, h("p", { class: "error-box" },
-          err instanceof ApiError && err.status === 404 ? t("chat.not_found") : t("common.error", { message: err.message })));
+          err instanceof ApiError && err.status === 404 ? t("chat.not_found") : t("common.error", { message: errorText(err) })));
         return;
       }
       this.settings = clean({ ...savedDefaults(), ...this.conversation.settings });
@@ -296,7 +296,7 @@ class ChatPage {
       this.conversation.messages.push(msg);
     } catch (err) {
       this.input.value = text; // nothing lost: the message stays in the box
-      this.note(t("common.error", { message: err.message }), true);
+      this.note(t("common.error", { message: errorText(err) }), true);
       return;
     }
     this.renderMessages();
@@ -311,7 +311,7 @@ class ChatPage {
     try {
       await del(`/v1/conversations/${enc(this.conversation.id)}/messages?after=${lastUser.seq}`);
     } catch (err) {
-      this.note(t("common.error", { message: err.message }), true);
+      this.note(t("common.error", { message: errorText(err) }), true);
       return;
     }
     this.conversation.messages = msgs.filter((m) => m.seq <= lastUser.seq);
@@ -365,7 +365,7 @@ class ChatPage {
     if (job.saved && this.conversation?.id === job.conversationId) this.conversation.messages.push(job.saved);
     this.renderMessages();
     if (job.error) {
-      this.messages.append(h("div", { class: "error-box", role: "alert" }, t("common.error", { message: job.error.message }),
+      this.messages.append(h("div", { class: "error-box", role: "alert" }, t("common.error", { message: errorText(job.error) }),
         " ", h("button", { type: "button", class: "small", onclick: () => this.regenerate() }, t("common.retry"))));
       this.scrollDown(true);
     }

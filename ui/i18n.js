@@ -53,6 +53,19 @@ function lookup(table, key) {
   return typeof node === "string" ? node : undefined;
 }
 
+/** Whether the chosen language (or English) has a string for `key`. */
+export function has(key) {
+  return (lookup(strings, key) ?? lookup(fallback, key)) !== undefined;
+}
+
+/**
+ * What to show for an API error: the reader's language for the common codes (ui/i18n/*.json
+ * "errors"), else the server's own sentence, which is English but says what to do next.
+ */
+export function errorText(err) {
+  return err?.code && has(`errors.${err.code}`) ? t(`errors.${err.code}`) : err?.message || String(err);
+}
+
 export function t(key, vars = {}) {
   const text = lookup(strings, key) ?? lookup(fallback, key) ?? key;
   return text.replace(/\{(\w+)\}/g, (m, name) => (name in vars ? String(vars[name]) : m));

@@ -7,7 +7,7 @@
 
 import { apiKey, get } from "./api.js";
 import { download, h } from "./dom.js";
-import { formatTime, t } from "./i18n.js";
+import { errorText, formatTime, t } from "./i18n.js";
 import { isoDate } from "./workorder_files.js";
 import { fromAudit, statusBadge, templateName } from "./workorder_records.js";
 
@@ -53,7 +53,7 @@ export function historyCard({ templateTitle, currentId, open }) {
       res = await get(`v1/workorders?limit=${HISTORY_LIMIT}`);
     } catch (e) {
       status.textContent = "";
-      body.replaceChildren(h("div", { class: "error-box" }, t("workorders.history_failed", { message: e.message })));
+      body.replaceChildren(h("div", { class: "error-box" }, t("workorders.history_failed", { message: errorText(e) })));
       return;
     }
     const records = (res.data || []).map(fromAudit);
@@ -109,7 +109,7 @@ export function historyCard({ templateTitle, currentId, open }) {
       status.textContent = t("workorders.exported", { name });
     } catch (e) {
       status.textContent = "";
-      body.prepend(h("div", { class: "error-box", role: "alert" }, t("workorders.export_failed", { message: e.message })));
+      body.prepend(h("div", { class: "error-box", role: "alert" }, t("workorders.export_failed", { message: errorText(e) })));
     }
   }
 

@@ -15,7 +15,7 @@
 
 import { get, post, ApiError } from "./api.js";
 import { clear, copyText, download, formatBytes, h } from "./dom.js";
-import { formatTime, t } from "./i18n.js";
+import { errorText, formatTime, t } from "./i18n.js";
 import { acceptFiles } from "./workorder_drop.js";
 import { isoDate, messageFileKind, parseEml, readMessageFile } from "./workorder_files.js";
 import { buildForm, inferSchema, tr } from "./workorder_form.js";
@@ -165,7 +165,7 @@ export function mount(root, ctx) {
       if (!templates.some((x) => x.name === want) && templates.some((x) => x.name === "work_order")) templateSelect.value = "work_order";
       showTemplateHint();
     } catch (e) {
-      showError(errorBox, t("workorders.templates_failed", { message: e.message }));
+      showError(errorBox, t("workorders.templates_failed", { message: errorText(e) }));
     }
   }
 
@@ -222,7 +222,7 @@ export function mount(root, ctx) {
       if (mail?.date) dateInput.value = mail.date;
       showMail(mail && { name: file.name, from: mail.from, subject: mail.subject, date: mail.date });
     } catch (e) {
-      showError(errorBox, t("workorders.file_unreadable", { name: file.name, message: e.message }));
+      showError(errorBox, t("workorders.file_unreadable", { name: file.name, message: errorText(e) }));
       return;
     }
     if (!textArea.value.trim()) showError(errorBox, t("workorders.file_empty", { name: file.name }));
@@ -274,7 +274,7 @@ export function mount(root, ctx) {
       if (e.name === "AbortError") say(t("workorders.stopped"));
       else {
         say("");
-        showError(errorBox, e.message);
+        showError(errorBox, errorText(e));
       }
     } finally {
       controller = null;
@@ -358,7 +358,7 @@ export function mount(root, ctx) {
       result.scrollIntoView({ block: "start" });
       resultTitle.focus({ preventScroll: true });
     } catch (e) {
-      showError(errorBox, t("workorders.open_failed", { message: e.message }));
+      showError(errorBox, t("workorders.open_failed", { message: errorText(e) }));
     }
   }
 

@@ -1,0 +1,46 @@
+"""The strings files: both languages have the same keys and placeholders, and every key the
+code asks for by name exists (no browser needed)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from conftest import ROOT
+
+UI = ROOT / "ui"
+
+
+def flatten(node: dict, prefix: str = "") -> dict[str, str]:
+    out = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            out |= flatten(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def strings(lang: str) -> dict[str, str]:
+    return flatten(json.loads((UI / "i18n" / f"{lang}.json").read_text("utf-8")))
+
+
+def test_both_languages_have_the_same_keys_and_placeholders():
+    en, zh = strings("en"), strings("zh-TW")
+    assert sorted(set(en) ^ set(zh)) == []
+    for key in en:
+        assert set(re.findall(r"\{(\w+)\}", en[key])) == set(re.findall(r"\{(\w+)\}", zh[key])), key
+        assert zh[key].strip(), key
+
+
+def test_every_key_the_code_names_exists():
+    en = strings("en")
+    used = set()
+    for js in UI.glob("*.js"):
+        used |= {m for m in re.findall(r"""\bt\(\s*["']([\w.-]+)["']""", js.read_text("utf-8"))}
+    for html in UI.glob("*.html"):
+        text = html.read_text("utf-8")
+        used |= set(re.findall(r'data-i18n="([\w.-]+)"', text))
+        used |= {k for pair in re.findall(r'data-i18n-attr="([^"]+)"', text) for k in re.findall(r":\s*([\w.-]+)", pair)}
+    assert used, "found no t(...) calls: the scan is broken"
+    assert sorted(k for k in used if k not in en) == []
