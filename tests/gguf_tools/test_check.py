@@ -52,8 +52,14 @@ HOSTILE = {
     "bad_dims": lambda b: header(1, 0) + gstr(b"a") + struct.pack("<I", 9) + b"\0" * 200,
     "bad_tensor_type": lambda b: header(1, 0) + tensor_info(b"a", (32,), 999, 0) + b"\0" * 300,
     "duplicate_key": lambda b: header(0, 2) + (gstr(b"k") + struct.pack("<II", 4, 1)) * 2,
+    "duplicate_tensor": lambda b: header(2, 0) + tensor_info(b"a", (32,), 0, 0) + tensor_info(b"a", (32,), 0, 128)
+    + b"\0" * 400,
+    "bad_shape": lambda b: header(1, 0) + tensor_info(b"a", (32, 0), 0, 0) + b"\0" * 300,
+    "huge_tensor": lambda b: header(1, 0) + tensor_info(b"a", (1 << 40, 1 << 40, 1 << 40, 1 << 40), 0, 0) + b"\0" * 300,
+    "bad_alignment": lambda b: header(0, 1) + gstr(b"general.alignment") + struct.pack("<II", 4, 3) + b"\0" * 64,
+    "nested_array": lambda b: header(0, 1) + gstr(b"k") + struct.pack("<IIQ", 9, 9, 1) + b"\0" * 64,
 }
-REASONS = {"truncated_header": "truncated", "truncated_data": "truncated"}
+REASONS = {"truncated_header": "truncated", "truncated_data": "truncated", "huge_tensor": "truncated"}
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
@@ -65,6 +71,20 @@ def test_hostile_files_fail_cleanly_and_fast(tmp_path, name):
         check_gguf(path)
     assert time.perf_counter() - t0 < 1.0
     assert e.value.reason == REASONS.get(name, name)
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_inspect_says_one_line_for_each_hostile_file(tmp_path, name):
+    """What a user sees: `flashdesk inspect` on each file is one `error:` line and exit status 2."""
+    from gguf_tools.cli import cmd_inspect
+
+    path = tmp_path / f"{name}.gguf"
+    path.write_bytes(HOSTILE[name](_valid_bytes(tmp_path)))
+
+    class Args:
+        json = False
+    Args.path = str(path)
+    assert cmd_inspect(Args) == 2
 
 
 def test_empty_and_text_files_fail(tmp_path):
