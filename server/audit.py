@@ -43,7 +43,7 @@ from . import sqlite_file
 from typing import Any, Iterator
 
 APPLICATION_ID = 0x46444B41  # "FDKA" in the SQLite header: tells our file from any other SQLite file
-SCHEMA_VERSION = 1  # PRAGMA user_version; MIGRATIONS[n] takes a log from n-1 to n
+SCHEMA_VERSION = 2  # PRAGMA user_version; MIGRATIONS[n] takes a log from n-1 to n
 MIGRATIONS: dict[int, list[str]] = {
     1: [
         """CREATE TABLE records (
@@ -59,8 +59,10 @@ MIGRATIONS: dict[int, list[str]] = {
             speculation TEXT, error TEXT)""",
         "CREATE INDEX records_time ON records(created_at)",
     ],
+    # Each review reason's code and params, so a reader's UI can say it in their language.
+    2: ["ALTER TABLE records ADD COLUMN review_details TEXT NOT NULL DEFAULT '[]'"],
 }
-JSON_FIELDS = ("output", "review_reasons", "warnings", "timings", "speculation")
+JSON_FIELDS = ("output", "review_reasons", "review_details", "warnings", "timings", "speculation")
 BOOL_FIELDS = ("valid", "needs_review")
 # One word per record for the UI's filter, first match wins: a failed call, then an output
 # that broke the schema, then one a person must check, else ok.
@@ -90,7 +92,8 @@ class ParseRecord:
     finish_reason: str
     needs_review: bool
     review_reasons: list[str] = field(default_factory=list)
-    warnings: list[dict] = field(default_factory=list)  # [{"field": ..., "message": ...}]
+    review_details: list[dict] = field(default_factory=list)  # per reason: {"code", "field", "params", "message"}
+    warnings: list[dict] = field(default_factory=list)  # [{"field", "message", "code", "params"}]
     timings: dict = field(default_factory=dict)
     speculation: dict | None = None
     error: str | None = None

@@ -12,7 +12,7 @@ export function fromParse(res, text) {
   return {
     id: res.id, template: res.template, model: res.model, time: res.created, text, sentDate: res.sent_date,
     output: res.result, valid: res.valid, needsReview: res.needs_review, reasons: res.review_reasons || [],
-    warnings: res.warnings || [], error: res.valid ? null : (res.errors || []).join("; ") || null,
+    details: res.review_details || [], warnings: res.warnings || [], error: res.valid ? null : (res.errors || []).join("; ") || null,
     status: !res.valid ? "invalid" : res.needs_review ? "needs_review" : "ok",
   };
 }
@@ -22,7 +22,8 @@ export function fromAudit(r) {
   return {
     id: r.id, template: r.template, model: r.model, time: Date.parse(r.created_at) / 1000, text: r.input_text,
     sentDate: r.sent_date, output: r.output, valid: r.valid, needsReview: r.needs_review,
-    reasons: r.review_reasons || [], warnings: r.warnings || [], error: r.error, status: r.status,
+    reasons: r.review_reasons || [], details: r.review_details || [], warnings: r.warnings || [], error: r.error,
+    status: r.status,
   };
 }
 

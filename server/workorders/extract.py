@@ -81,9 +81,12 @@ def _resolve_date(template: Template, result: dict, text: str, sent: dt.date, no
         candidate = dict(result, **{key: value})
         if not template.constraint.validate(json.dumps(candidate)):
             result = candidate
-            notes.append((key, f"the model wrote {wrote!r}; from the message: {said or 'no date'}", False))
+            code = "date_from_message" if said else "date_none"
+            notes.append((key, code, f"the model wrote {wrote!r}; from the message: {said or 'no date'}",
+                          {"wrote": wrote, "said": said}, False))
     if conflict:
-        notes.append((key, f"the message gives several dates ({said}); the earliest is used", True))
+        notes.append((key, "several_dates", f"the message gives several dates ({said}); the earliest is used",
+                      {"said": said}, True))
         if isinstance(result.get("needs_review"), bool):  # the schema's own convention for conflicting dates
             result = dict(result, needs_review=True)
     return result
@@ -95,7 +98,7 @@ def assess(engine: Engine, template: Template, done: Completion, text: str, sent
     confidence, repeats = {}, 0
     if result is not None and done.logprobs:
         confidence = field_confidence(done.text, [engine.model.piece(t) for t in done.tokens], done.logprobs)
-    notes: list[tuple[str, str, bool]] = []  # (field, message, needs review)
+    notes: list[tuple[str, str, str, dict, bool]] = []  # (field, code, message, params, needs review)
     if result is not None:
         deduped, repeats = without_repeats(result)
         if repeats and not template.constraint.validate(json.dumps(deduped)):  # e.g. a minItems holds
@@ -107,11 +110,11 @@ def assess(engine: Engine, template: Template, done: Completion, text: str, sent
         if template.date_field and result.get(template.date_field) != before:
             confidence.pop(template.date_field, None)  # the value is no longer the model's
     verdict = review(result, errors, template.required, text, sent, confidence, repeats)
-    for path, message, flag in notes:
-        verdict.warn(path, message)
+    for path, code, message, params, flag in notes:
+        verdict.warn(path, code, message, **params)
         if flag:
-            verdict.flag(message)
+            verdict.flag(code, message, path, **params)
     if done.usage.closed_early and result is not None:
-        verdict.flag("the answer ran long and was closed early to end within max_tokens: values after that "
+        verdict.flag("closed_early", "the answer ran long and was closed early to end within max_tokens: values after that "
                      "point are empty")
     return Outcome(result, not errors, errors, verdict, confidence)

@@ -24,19 +24,35 @@ NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "fiv
                 "一": 1, "兩": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10}
 
 
+# Every finding's code. The UI words each one in the reader's language (ui/i18n/*.json,
+# workorders.flag.<code>; tests/ui/test_i18n.py checks they all exist). routes.py adds
+# no_sent_date and failed; extract.py the date notes and closed_early.
+CODES = frozenset({"invalid", "missing", "repeats", "model_says", "uncertain", "not_a_date", "before_sent",
+                   "far_future", "not_in_message", "not_copied", "date_from_message", "date_none", "several_dates",
+                   "closed_early", "no_sent_date", "failed"})
+
+
 @dataclass
 class Review:
+    """Each finding is an English sentence (for logs, the CSV export and API clients that show
+    it as is) plus a stable `code` and its `params`, from which the UI writes the sentence in
+    the reader's language (ui/i18n: workorders.flag.<code>)."""
+
     needs_review: bool = False
     reasons: list[str] = field(default_factory=list)
-    warnings: list[dict] = field(default_factory=list)  # {"field": path, "message": ...}
+    details: list[dict] = field(default_factory=list)  # per reason, same order: {code, field, params, message}
+    warnings: list[dict] = field(default_factory=list)  # {field, message, code, params}
 
-    def flag(self, reason: str) -> None:
+    def flag(self, code: str, reason: str, path: str | None = None, **params) -> None:
+        assert code in CODES, code
         self.needs_review = True
         if reason not in self.reasons:
             self.reasons.append(reason)
+            self.details.append({"code": code, "field": path, "params": params, "message": reason})
 
-    def warn(self, path: str, message: str) -> None:
-        self.warnings.append({"field": path, "message": message})
+    def warn(self, path: str, code: str, message: str, **params) -> None:
+        assert code in CODES, code
+        self.warnings.append({"field": path, "message": message, "code": code, "params": params})
 
 
 def review(result: dict | None, problems: list[str], required: list[str], message: str, sent: dt.date,
@@ -44,25 +60,26 @@ def review(result: dict | None, problems: list[str], required: list[str], messag
     r = Review()
     if result is None or problems:
         for p in problems or ["no answer"]:
-            r.flag(f"the answer is not valid: {p}")
+            r.flag("invalid", f"the answer is not valid: {p}", detail=p)
         if result is None:
             return r
     for path in required:
         for where, value in _values(result, path):
             if value is None or value == "" or value == []:
-                r.flag(f"missing {where}")
+                r.flag("missing", f"missing {where}", where)
     if repeats:
-        r.flag(f"the model wrote the same item again and again; {repeats} exact repeats were removed")
+        r.flag("repeats", f"the model wrote the same item again and again; {repeats} exact repeats were removed",
+               n=repeats)
     if result.get("needs_review") is True:
-        r.flag("the answer itself says needs_review")
+        r.flag("model_says", "the answer itself says needs_review", "needs_review")
     _check_dates(result, sent, r)
     _check_copied(result, message, r)
     for path, p in sorted(confidence.items()):
         if p < LOW_CONFIDENCE:
             text = f"uncertain {path} (the model's probability {p:.2f})"
-            r.warn(path, text)
+            r.warn(path, "uncertain", text, probability=round(p, 2))
             if any(_matches(path, req) for req in required):
-                r.flag(text)
+                r.flag("uncertain", text, path, probability=round(p, 2))
     return r
 
 
@@ -107,12 +124,13 @@ def _check_dates(result: dict, sent: dt.date, r: Review) -> None:
             try:
                 day = dt.date.fromisoformat(value)
             except ValueError:
-                r.flag(f"{key} {value} is not a calendar date")
+                r.flag("not_a_date", f"{key} {value} is not a calendar date", key, value=value)
                 continue
             if day < sent:
-                r.flag(f"{key} {value} is before the message was sent ({sent.isoformat()})")
+                r.flag("before_sent", f"{key} {value} is before the message was sent ({sent.isoformat()})", key,
+                       value=value, sent=sent.isoformat())
             elif (day - sent).days > 366:
-                r.warn(key, f"{value} is more than a year after the message was sent")
+                r.warn(key, "far_future", f"{value} is more than a year after the message was sent", value=value)
 
 
 def _numbers_in(message: str) -> set[int]:
@@ -131,13 +149,14 @@ def _check_copied(result: dict, message: str, r: Review) -> None:
     numbers = _numbers_in(message)
     for where, q in _values(result, "items[].quantity"):
         if isinstance(q, int) and q != 0 and q not in numbers:
-            r.flag(f"{where} {q} does not appear in the message")
+            r.flag("not_in_message", f"{where} {q} does not appear in the message", where, value=q)
     plain = _squash(message)
     contact = result.get("contact")
     if isinstance(contact, str):
         for part in re.split(r"[;；]", contact):
             if part.strip() and _squash(part.split(":")[-1]) not in plain:
-                r.flag(f"contact {part.strip()!r} does not appear in the message")
+                r.flag("not_in_message", f"contact {part.strip()!r} does not appear in the message", "contact",
+                       value=part.strip())
     name = result.get("customer_name")
     if isinstance(name, str) and name.strip() and _squash(name) not in plain:
-        r.warn("customer_name", f"{name!r} is not written like this in the message")
+        r.warn("customer_name", "not_copied", f"{name!r} is not written like this in the message", value=name)

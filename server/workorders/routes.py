@@ -88,8 +88,8 @@ async def parse(body: ParseRequest, request: Request):
     warnings = []
     sent = body.sent_date or dt.date.today()
     if body.sent_date is None:
-        warnings.append({"field": "sent_date", "message": f"not given: relative dates were resolved against "
-                                                          f"today ({sent.isoformat()})"})
+        warnings.append({"field": "sent_date", "code": "no_sent_date", "params": {"date": sent.isoformat()},
+                         "message": f"not given: relative dates were resolved against today ({sent.isoformat()})"})
     spec = body.speculative.params() if body.speculative else Speculative().params()
     req = await run_in_threadpool(extract.request_for, engine, template, text, sent, body.language,
                                   body.max_tokens, spec)
@@ -101,13 +101,15 @@ async def parse(body: ParseRequest, request: Request):
     except (EngineError, APIError) as e:  # the trail keeps failed parses too (a hang-up is a 499)
         await run_in_threadpool(audit.record, ParseRecord(
             **about, output=None, valid=False, finish_reason="error", needs_review=True,
-            review_reasons=["the parse failed"], warnings=warnings, error=getattr(e, "message", str(e))))
+            review_reasons=["the parse failed"], warnings=warnings, error=getattr(e, "message", str(e)),
+            review_details=[{"code": "failed", "field": None, "params": {}, "message": "the parse failed"}]))
         raise
     out = extract.assess(engine, template, done, text, sent)
     usage = fmt.usage(done.usage)
     record = ParseRecord(**about, output=out.result, valid=out.valid,
                          finish_reason=done.finish_reason, needs_review=out.review.needs_review,
-                         review_reasons=out.review.reasons, warnings=warnings + out.review.warnings,
+                         review_reasons=out.review.reasons, review_details=out.review.details,
+                         warnings=warnings + out.review.warnings,
                          timings=usage["timings"], speculation=usage.get("speculation"),
                          error=None if out.valid else "; ".join(out.errors))
     record_id = await run_in_threadpool(audit.record, record)
@@ -115,6 +117,7 @@ async def parse(body: ParseRequest, request: Request):
         "id": record_id, "object": "workorder.parse", "created": int(time.time()), "model": runtime.model.name,
         "template": template.name, "sent_date": sent.isoformat(), "result": out.result, "valid": out.valid,
         "errors": out.errors, "needs_review": out.review.needs_review, "review_reasons": out.review.reasons,
+        "review_details": out.review.details,
         "warnings": record.warnings, "field_confidence": {k: round(v, 3) for k, v in out.confidence.items()},
         "finish_reason": fmt.finish(done.finish_reason), "usage": usage,
     }

@@ -245,3 +245,22 @@ def test_reopen_keeps_records_and_wal_mode(tmp_path):
         assert log._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert log._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     assert time.monotonic() - t0 < 5
+
+
+def test_a_version_1_log_gains_review_details(tmp_path):
+    """A log written before review reasons carried codes opens, keeps its records (with no
+    details) and stores details for new ones."""
+    from server import audit, sqlite_file
+
+    path = tmp_path / "v1.db"
+    old = sqlite_file.open_file(path, "audit log", audit.APPLICATION_ID, {1: audit.MIGRATIONS[1]}, AuditLogError)
+    old.execute("INSERT INTO records (id, created_at, status, template, model, input_text, valid, finish_reason, "
+                "needs_review, review_reasons, warnings, timings) VALUES ('wo_old', '2026-01-01T00:00:00.000Z', "
+                "'needs_review', 'work_order', 'smollm2', 'text', 1, 'stop', 1, '[\"missing x\"]', '[]', '{}')")
+    old.close()
+    with AuditLog(path) as log:
+        assert log.get("wo_old")["review_details"] == [] and log.get("wo_old")["review_reasons"] == ["missing x"]
+        details = [{"code": "missing", "field": "x", "params": {}, "message": "missing x"}]
+        rid = log.record(entry("new", review_reasons=["missing x"], review_details=details))
+        assert log.get(rid)["review_details"] == details
+        assert log._db.execute("PRAGMA user_version").fetchone()[0] == 2

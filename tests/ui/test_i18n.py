@@ -44,3 +44,11 @@ def test_every_key_the_code_names_exists():
         used |= {k for pair in re.findall(r'data-i18n-attr="([^"]+)"', text) for k in re.findall(r":\s*([\w.-]+)", pair)}
     assert used, "found no t(...) calls: the scan is broken"
     assert sorted(k for k in used if k not in en) == []
+
+
+def test_every_work_order_finding_has_words_in_both_languages():
+    from server.workorders.review import CODES
+
+    for lang in ("en", "zh-TW"):
+        flags = {k.removeprefix("workorders.flag.") for k in strings(lang) if k.startswith("workorders.flag.")}
+        assert sorted(CODES - flags) == [], lang
