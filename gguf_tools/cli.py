@@ -55,6 +55,19 @@ def add_parsers(sub) -> None:
 
     add_convert_parser(sub)
 
+    s = sub.add_parser("convert-draft", help="convert a published DFlash 2 draft (Hugging Face folder) to GGUF",
+                       description="Convert a DFlash 2 draft checkpoint in the published z-lab layout (config.json "
+                                   "with DFlash2DraftModel and dflash_config, *.safetensors) to the dflash GGUF "
+                                   "llama.cpp loads, with the target model's tokenizer.")
+    s.add_argument("hf_dir", metavar="DRAFT_HF_DIR", help="the draft's folder (holds config.json)")
+    s.add_argument("--target", required=True, metavar="TARGET.gguf", help="the GGUF of the model the draft is for")
+    s.add_argument("--out", help="GGUF file to write (default: DRAFT_HF_DIR/<name>-<dtype>.gguf)")
+    s.add_argument("--dtype", choices=("auto", "f32", "f16"), default="auto",
+                   help="matrix type: auto (f16 for half-precision checkpoints, else f32), f32 or f16")
+    s.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    s.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    s.set_defaults(func=cmd_convert_draft)
+
     s = sub.add_parser("export-hf", help="write a Hugging Face folder (safetensors, tokenizer.json) from a llama .gguf",
                        description="The reverse of convert, for llama-architecture files: weights dequantized to "
                                    "float, tokenizer.json rebuilt from the GGUF's vocabulary and merges.")
@@ -72,6 +85,35 @@ def cmd_export_hf(a) -> int:
     except (ExportError, GGUFFormatError) as e:
         return _fail(str(e))
     print(f"{r.out_dir}: {r.n_tensors} tensors, {r.bytes_written / 1e6:.1f} MB in {r.seconds:.1f} s")
+    return 0
+
+
+def cmd_convert_draft(a) -> int:
+    from tqdm import tqdm
+
+    from .convert.errors import ConvertError
+    from .convert_draft import convert_draft
+
+    bar = tqdm(total=0, unit="B", unit_scale=True, desc="convert-draft", file=sys.stderr, disable=a.json or None)
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    try:
+        r = convert_draft(a.hf_dir, a.target, a.out, progress, force=a.force, dtype=a.dtype)
+    except ConvertError as e:
+        return _fail(str(e))
+    except OSError as e:
+        return _fail(f"{e.filename or a.hf_dir}: {e.strerror or e}. HINT: check the paths and free disk space.", 1)
+    finally:
+        bar.close()
+    if a.json:
+        print(json.dumps(r.as_dict(), indent=2))
+        return 0
+    print(f"{r.path}: {r.hf_class} {r.name}, {r.n_layer} layers, block {r.block_size}, K={r.selector_top_k}, "
+          f"taps {list(r.target_layers)}, {r.n_params / 1e6:.1f}M parameters, {r.dtype}, "
+          f"{r.file_bytes / 1e6:.1f} MB in {r.seconds:.1f} s")
     return 0
 
 

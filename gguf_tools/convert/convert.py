@@ -131,7 +131,7 @@ def _write_metadata(w: GGUFWriter, m: HFModel, outtype: str, hf_dir: Path) -> No
     _check_vocab(w, m)
 
 
-def _prepare_out(out: Path, force: bool, need_bytes: int) -> Path:
+def prepare_out(out: Path, force: bool, need_bytes: int) -> Path:
     if out.is_dir():
         raise ConvertError(f"{out} is a folder. HINT: give --out a file name ending in .gguf.")
     if out.exists() and not force:
@@ -157,7 +157,7 @@ def convert_hf(hf_dir: str | Path, out: str | Path | None = None, outtype: str =
     plan = _plan(m, find_tensors(hf_dir), outtype)
     out = Path(out) if out is not None else default_out_path(hf_dir, outtype, m.name)
     need = sum(stored_nbytes(p.shape, p.qtype) for p in plan)
-    partial = _prepare_out(out, force, need)
+    partial = prepare_out(out, force, need)
     total = sum(p.ref.nbytes for p in plan if p.ref is not None)
     done = 0
     w = GGUFWriter(partial, m.arch)

@@ -1,0 +1,162 @@
+"""config.json of a published DFlash 2 checkpoint -> `DraftConfig`, checked against the target GGUF.
+
+What it is: the reading and refusing half of `convert_draft` (convert_draft.py does the
+tensors). Settings are read from `dflash_config` first, then the top level of config.json, as
+the published z-lab/dflash model code reads them; `dflash.target_layers` = HF
+`target_layer_ids` + 1 (llama.cpp captures a layer's *input* = the HF layer's output), as the
+vendored llama.cpp's `conversion/qwen.py` (DFlashModel) writes it.
+
+What it is not: a reader of plain DFlash (v1, `DFlashDraftModel`) configs, refused with the
+reason. Features `write_dflash_draft` has no key for (sliding-window attention, logit
+multiplier or soft-cap, embedding scale, biases, interleaved rope, MiMo's mask_embedding.pt)
+are refused, never dropped: a draft converted without them would propose worse tokens with
+no error anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .check import GGUFFormatError, check_gguf
+from .convert.errors import ConvertError
+from .convert.hf_config import model_name
+from .dflash_draft import DraftConfig
+from .llama_facts import CAPTURE_ARCHS
+
+SUPPORTED_CLASSES = ("DFlash2DraftModel",)
+_HINT_OTHER = ("HINT: convert it with llama.cpp's own convert_hf_to_gguf.py (--target-model-dir), or train a "
+               "draft for this target with `flashdesk train-draft`.")
+
+
+def load_config(hf_dir: Path) -> dict:
+    if not hf_dir.is_dir():
+        raise ConvertError(f"{hf_dir} is not a folder. HINT: point at the draft's Hugging Face folder.")
+    path = hf_dir / "config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConvertError(f"{hf_dir} has no config.json. HINT: download the whole draft repository.") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConvertError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("dflash_config", {}), dict):
+        raise ConvertError(f"{path}: expected a JSON object with a `dflash_config` object")
+    classes = cfg.get("architectures") or []
+    cls = next((c for c in classes if c in SUPPORTED_CLASSES), None)
+    if cls is None:
+        if "DFlashDraftModel" in classes:
+            raise ConvertError(
+                f"{path} is a plain DFlash draft (DFlashDraftModel, no candidate selector). The pinned llama.cpp "
+                "can load those, but flashdesk runs only DFlash 2 drafts: its path selectors need the candidate "
+                f"lattice. Supported: {', '.join(SUPPORTED_CLASSES)}. HINT: use the model's DFlash 2 release if "
+                "there is one, or train a DFlash 2 draft for your target with `flashdesk train-draft`.")
+        raise ConvertError(f"{path}: architectures {classes} is no DFlash draft this converter knows. Supported: "
+                           f"{', '.join(SUPPORTED_CLASSES)} (z-lab / Inco layout). HINT: for a full model use "
+                           "`flashdesk convert`.")
+    cfg["_class"] = cls
+    return cfg
+
+
+def _get(cfg: dict, key: str, default=None):
+    """A draft setting: `dflash_config` wins over the top level (as the published code reads it)."""
+    dc = cfg.get("dflash_config", {})
+    return dc[key] if key in dc else cfg.get(key, default)
+
+
+def _unsupported(cfg: dict, hf_dir: Path) -> list[str]:
+    """What this checkpoint uses that `write_dflash_draft` has no key for."""
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "?"
+    layer_types = cfg.get("layer_types") or []
+    found = [
+        (bool(cfg.get("use_sliding_window")) or bool(_get(cfg, "use_swa")) or "sliding_attention" in layer_types,
+         f"sliding-window attention (window {_get(cfg, 'swa_window_size') or cfg.get('sliding_window')})"),
+        (_get(cfg, "output_multiplier", 1.0) not in (None, 1, 1.0), "a logit multiplier (output_multiplier)"),
+        ((_get(cfg, "final_logit_softcapping") or 0) > 0, "logit soft-capping (final_logit_softcapping)"),
+        (_get(cfg, "input_embedding_scale", 1.0) not in (None, 1, 1.0), "an input_embedding_scale"),
+        (_get(cfg, "attention_value_scale") is not None, "an attention_value_scale"),
+        (bool(cfg.get("attention_bias")), "attention biases (attention_bias)"),
+        (cfg.get("hidden_act", "silu") != "silu", f"activation {cfg.get('hidden_act')!r} (only silu)"),
+        (rope_type != "default", f"rope scaling {rope_type!r}"),
+        ((rope.get("partial_rotary_factor", 1.0) if isinstance(rope, dict) else 1.0) != 1.0, "partial rotary"),
+        (cfg.get("rope_is_neox_style", True) is False, "interleaved rope (rope_is_neox_style=false)"),
+        ((hf_dir / "mask_embedding.pt").exists(), "its own mask embedding (mask_embedding.pt)"),
+    ]
+    return [what for used, what in found if used]
+
+
+def _int(cfg: dict, key: str, path: Path, default: int | None = None) -> int:
+    v = _get(cfg, key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ConvertError(f"{path}: `{key}` must be a non-negative integer, not {v!r}")
+    return v
+
+
+def draft_config(cfg: dict, hf_dir: Path, target: Path) -> DraftConfig:
+    """The `DraftConfig` of a published checkpoint, checked against the target GGUF."""
+    path = hf_dir / "config.json"
+    what = _unsupported(cfg, hf_dir)
+    if what:
+        raise ConvertError(f"{path} uses {'; '.join(what)}, which flashdesk's draft writer cannot express yet "
+                           f"(dropping it would make a worse draft without any error). {_HINT_OTHER}")
+    try:
+        t = check_gguf(target).metadata
+    except (GGUFFormatError, OSError) as e:
+        raise ConvertError(f"the target {target} is not a readable GGUF: {e}. HINT: pass the target's .gguf file "
+                           "with --target.") from None
+    arch = t.get("general.architecture")
+    if arch not in CAPTURE_ARCHS:
+        raise ConvertError(f"the target is a {arch!r} model; the pinned llama.cpp publishes layer inputs only for "
+                           f"{', '.join(sorted(CAPTURE_ARCHS))}, so no DFlash draft can run on it.")
+    t_embd, t_layers = t.get(f"{arch}.embedding_length"), t.get(f"{arch}.block_count")
+    t_vocab = t.get("tokenizer.ggml.tokens")  # check_gguf gives an array's length
+    if not all(isinstance(v, int) and v > 1 for v in (t_embd, t_layers, t_vocab)):
+        raise ConvertError(f"the target {target} lacks {arch}.embedding_length, {arch}.block_count or a "
+                           "tokenizer. HINT: pass the target model's own .gguf file.")
+    n_embd, vocab = _int(cfg, "hidden_size", path), _int(cfg, "vocab_size", path)
+    hint = "HINT: this draft was trained for another target model; pass the GGUF of the model it was made for."
+    if n_embd != t_embd:
+        raise ConvertError(f"the draft's hidden_size is {n_embd} but the target's n_embd is {t_embd}. {hint}")
+    if vocab != t_vocab:
+        raise ConvertError(f"the draft's vocab_size is {vocab} but the target has {t_vocab} tokens. {hint}")
+    n_tl = _get(cfg, "num_target_layers")
+    if n_tl is not None and n_tl != t_layers:
+        raise ConvertError(f"the draft was made for a target with {n_tl} layers (num_target_layers); this "
+                           f"target has {t_layers}. {hint}")
+    ids = _get(cfg, "target_layer_ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise ConvertError(f"{path}: dflash_config.target_layer_ids must be a non-empty list of layer ids, "
+                           f"not {ids!r}")
+    if any(not 0 <= i < t_layers - 1 for i in ids):  # HF id n-1 is the final state: no layer input of llama.cpp
+        raise ConvertError(f"the draft taps target layers {ids}, but the target has {t_layers} layers (each HF id "
+                           f"must be in [0, {t_layers - 2}]). {hint}")
+    mask = _get(cfg, "mask_token_id")
+    if isinstance(mask, bool) or not isinstance(mask, int) or not 0 <= mask < vocab:
+        raise ConvertError(f"{path}: dflash_config.mask_token_id {mask!r} is missing or outside the vocabulary. "
+                           "HINT: the draft was trained with a mask token; without it the checkpoint is incomplete.")
+    n_head = _int(cfg, "num_attention_heads", path)
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    causal = cfg.get("is_causal")
+    try:
+        c = DraftConfig(
+            n_embd=n_embd, n_vocab=vocab, target_n_layer=t_layers, target_layers=tuple(i + 1 for i in ids),
+            mask_token_id=mask, n_layer=_int(cfg, "num_hidden_layers", path), n_head=n_head,
+            n_head_kv=_int(cfg, "num_key_value_heads", path, n_head),
+            head_dim=_int(cfg, "head_dim", path, n_embd // max(n_head, 1)),
+            n_ff=_int(cfg, "intermediate_size", path), block_size=_int(cfg, "block_size", path, 16),
+            selector_top_k=_int(cfg, "selector_top_k", path), selector_rank=_int(cfg, "selector_rank", path),
+            conv_kernel_size=_int(cfg, "conv_kernel_size", path), conv_group_size=_int(cfg, "conv_group_size", path),
+            rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),  # Qwen3Config's default
+            rope_freq_base=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
+            context_length=_int(cfg, "max_position_embeddings", path, 8192),
+            causal=bool(_get(cfg, "causal", False) if causal is None else causal),
+            name=model_name(cfg, hf_dir),
+        )
+        c.validate()
+    except ValueError as e:
+        raise ConvertError(f"{path}: {e}. HINT: config.json does not describe a DFlash 2 draft llama.cpp can "
+                           "run.") from None
+    return c
+
+
+__all__ = ["SUPPORTED_CLASSES", "draft_config", "load_config"]

@@ -1,0 +1,295 @@
+"""`flashdesk convert-draft`: a synthetic DFlash 2 checkpoint in the published z-lab layout
+(config.json with `DFlash2DraftModel` + `dflash_config`, safetensors under the published
+names, BF16 like the published files) converts to a GGUF on which llama.cpp computes the
+same candidate lattice as the PyTorch draft of draft_training/ with the same weights; and
+every refusal (plain DFlash v1, a draft for another target, features our writer lacks,
+missing or unknown tensors, an existing output) is a ConvertError that says why.
+
+The published names below are written out here on purpose, independently of the
+converter's own table (facts: z-lab/dflash tests/fixtures/dflash2-safetensors-header.json
+and dflash2-config.json; the vendored llama.cpp's gguf-py tensor_mapping.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+from gguf import GGUFReader
+from safetensors.numpy import save_file as save_numpy
+
+import gguf_tools.convert_draft as cd
+from gguf_tools.cli import add_parsers
+from gguf_tools.convert.errors import ConvertError
+from gguf_tools.convert_draft import convert_draft
+from gguf_tools.dflash_draft import DraftConfig, random_tensors, read_metadata
+
+WIDTH = 8  # anchor + 7 slots, as tests/draft_training/test_parity.py
+_GLOBAL = {"fc.weight": "fc.weight", "enc.output_norm.weight": "hidden_norm.weight",
+           "output_norm.weight": "norm.weight",
+           "selector_predecessor.weight": "candidate_selector.predecessor_codebook",
+           "selector_successor.weight": "candidate_selector.successor_codebook",
+           "selector_hidden.weight": "candidate_selector.hidden_projection.weight"}
+_LAYER = {"attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
+          "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
+          "attn_v.weight": "self_attn.v_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
+          "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
+          "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
+          "ffn_down.weight": "mlp.down_proj.weight", "attn_conv_base": "attention_conv.base_kernel",
+          "attn_conv_proj.weight": "attention_conv.kernel_projection.weight", "ffn_conv_base": "mlp_conv.base_kernel",
+          "ffn_conv_proj.weight": "mlp_conv.kernel_projection.weight"}
+
+
+def published_name(gguf_name: str) -> str:
+    if gguf_name in _GLOBAL:
+        return _GLOBAL[gguf_name]
+    _, i, rest = gguf_name.split(".", 2)
+    return f"layers.{i}.{_LAYER[rest]}"
+
+
+def published_config(cfg: DraftConfig) -> dict:
+    """config.json as a published DFlash 2 checkpoint has it (keys of z-lab's dflash2-config.json)."""
+    return {
+        "architectures": ["DFlash2DraftModel"], "attention_bias": False, "attention_dropout": 0.0, "is_causal": False,
+        "dflash_config": {"block_size": cfg.block_size, "conv_group_size": cfg.conv_group_size,
+                          "conv_kernel_size": cfg.conv_kernel_size, "mask_token_id": cfg.mask_token_id,
+                          "selector_rank": cfg.selector_rank, "selector_top_k": cfg.selector_top_k,
+                          "target_layer_ids": [t - 1 for t in cfg.target_layers]},
+        "dtype": "bfloat16", "head_dim": cfg.head_dim, "hidden_act": "silu", "hidden_size": cfg.n_embd,
+        "initializer_range": 0.02, "intermediate_size": cfg.n_ff, "layer_types": ["full_attention"] * cfg.n_layer,
+        "max_position_embeddings": cfg.context_length, "model_type": "qwen3", "num_attention_heads": cfg.n_head,
+        "num_hidden_layers": cfg.n_layer, "num_key_value_heads": cfg.n_head_kv,
+        "num_target_layers": cfg.target_n_layer, "rms_norm_eps": cfg.rms_eps,
+        "rope_parameters": {"rope_theta": cfg.rope_freq_base, "rope_type": "default"}, "sliding_window": None,
+        "tie_word_embeddings": False, "use_cache": False, "use_sliding_window": False, "vocab_size": cfg.n_vocab,
+    }
+
+
+def draft_weights(cfg: DraftConfig, seed: int) -> dict[str, np.ndarray]:
+    """Random GGUF-named weights whose norms and conv bases are not the identity, so a swapped
+    or mis-mapped norm or conv tensor changes the lattice."""
+    t = random_tensors(cfg, seed=seed, conv_std=0.05)
+    rng = np.random.default_rng(seed + 1)
+    for k, v in t.items():
+        if k.endswith("norm.weight"):
+            t[k] = rng.uniform(0.5, 1.5, v.shape).astype(np.float32)
+        elif k.endswith("conv_base"):
+            t[k] = v + (0.1 * rng.standard_normal(v.shape)).astype(np.float32)
+    return t
+
+
+def write_config(d, config: dict) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(config, indent=2))
+
+
+@pytest.fixture(scope="module")
+def cfg(model_path) -> DraftConfig:
+    return DraftConfig.for_target(model_path, block_size=WIDTH)
+
+
+@pytest.fixture(scope="module")
+def f32_ckpt(tmp_path_factory, cfg):
+    """An F32 checkpoint whose names carry llama.cpp's optional `model.` prefix: (folder, GGUF-named weights)."""
+    d = tmp_path_factory.mktemp("f32_ckpt")
+    t = draft_weights(cfg, seed=3)
+    write_config(d, published_config(cfg))
+    save_numpy({"model." + published_name(k): v for k, v in t.items()}, str(d / "model.safetensors"))
+    return d, t
+
+
+def variant(tmp_path, src, change=None, *, tensors: dict | None = None):
+    """A copy of checkpoint `src` with its config changed by `change(config)` and/or other tensors."""
+    d = tmp_path / "variant"
+    config = json.loads((src / "config.json").read_text())
+    if change:
+        change(config)
+    write_config(d, config)
+    if tensors is None:
+        (d / "model.safetensors").symlink_to(src / "model.safetensors")
+    else:
+        save_numpy(tensors, str(d / "model.safetensors"))
+    return d
+
+
+def gguf_tensors(path) -> dict[str, np.ndarray]:
+    return {t.name: np.asarray(t.data) for t in GGUFReader(path).tensors}
+
+
+def lattices_agree(got: np.ndarray, cand: np.ndarray, scores: np.ndarray, lg: np.ndarray, anchor: int, K: int):
+    """llama.cpp lattice rows `got` [WIDTH, E] vs the PyTorch draft's cand [B-1, K], scores
+    [B-1, K, K] and logits lg [B-1, V]: same candidates up to swaps tied at the K-th place,
+    scores within 1% of their scale (the tolerance and its reasons: test_parity.py)."""
+    for slot in range(1, WIDTH):
+        ids_got, ids_ref = got[slot, :K].astype(np.int64), cand[slot - 1]
+        kth = np.sort(lg[slot - 1])[-K]
+        for t in set(ids_got) ^ set(ids_ref):
+            assert abs(lg[slot - 1, t] - kth) <= 5e-3 * np.abs(lg[slot - 1, ids_ref]).max(), f"slot {slot}: {t}"
+        common = np.intersect1d(ids_got, ids_ref)
+        assert len(common) >= K - 2, f"slot {slot}: only {len(common)} common candidates"
+        prev_got = np.array([anchor]) if slot == 1 else got[slot - 1, :K].astype(np.int64)
+        prev_ref = np.array([anchor]) if slot == 1 else cand[slot - 2]
+        preds = np.intersect1d(prev_got, prev_ref)
+
+        def pick(s, prev_ids, ids):  # [K(a), K(b)] restricted to preds x common, by token id
+            rows = [int(np.flatnonzero(prev_ids == a)[0]) for a in preds] if slot > 1 else [0]
+            return s[np.ix_(rows, [int(np.flatnonzero(ids == b)[0]) for b in common])]
+
+        s_got = pick(got[slot, K:K + K * K].reshape(K, K), prev_got, ids_got)
+        s_ref = pick(scores[slot - 1], prev_ref, ids_ref)
+        err = np.abs(s_got - s_ref).max() / np.abs(s_ref).max()
+        assert err <= 1e-2, f"slot {slot}: scores differ by {err:.2e} of their scale"
+
+
+@pytest.mark.timeout(240)
+def test_published_dflash2_converts_to_the_torch_drafts_lattice(model_path, cfg, tmp_path):
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    from draft_training.model import DFlashDraft
+    from draft_training.target import read_target_tensors
+    from tests.draft_training.test_parity import llama_lattice  # the engine's DFlashDrafter, one block
+
+    tt = read_target_tensors(model_path)
+    draft = DFlashDraft(cfg, tt.emb, tt.head)
+    draft.load_numpy(draft_weights(cfg, seed=11))
+    with torch.no_grad():  # the published files are BF16: the PyTorch draft keeps exactly those values
+        for p in draft.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    weights = draft.export_numpy()  # GGUF names, float32 (bf16-exact)
+    hf = tmp_path / "Tiny-DFlash2"
+    write_config(hf, published_config(cfg))
+    save_file({published_name(k): torch.from_numpy(v).to(torch.bfloat16) for k, v in weights.items()},
+              str(hf / "model.safetensors"))
+
+    seen = []
+    r = convert_draft(hf, model_path, progress=lambda done, total: seen.append((done, total)))
+    assert r.path == hf / "Tiny-DFlash2-f16.gguf" and r.path.is_file() and r.dtype == "f16"  # BF16 source -> f16
+    assert r.hf_class == "DFlash2DraftModel" and r.target_layers == cfg.target_layers and r.n_tensors == len(weights)
+    assert seen and seen[-1][0] == seen[-1][1] == r.source_bytes
+    assert not (hf / "Tiny-DFlash2-f16.gguf.partial").exists()
+    # every tensor lands under its GGUF name with its values (bf16 -> f16 is exact above f16's
+    # subnormal range; below it, within 3e-8)
+    stored = gguf_tensors(r.path)
+    assert set(stored) == set(weights)
+    for k, v in weights.items():
+        np.testing.assert_allclose(stored[k].astype(np.float32).reshape(v.shape), v, rtol=0, atol=1e-7, err_msg=k)
+    meta = read_metadata(r.path, ("dflash.", "tokenizer.ggml.mask_token_id"))
+    assert tuple(meta["dflash.target_layers"].value) == cfg.target_layers
+    assert meta["dflash.block_size"].value == WIDTH and meta["dflash.selector_top_k"].value == cfg.selector_top_k
+    assert meta["tokenizer.ggml.mask_token_id"].value == cfg.mask_token_id
+
+    got, feats, toks, anchor = llama_lattice(model_path, r.path, cfg, "Order 31: sixty banners, glossy, by Monday to",
+                                             " the")
+    P = len(toks)
+    with torch.no_grad():
+        g = draft.inject(torch.as_tensor(feats)[None])  # [1, P, E]
+        block = torch.tensor([[[anchor] + [cfg.mask_token_id] * (WIDTH - 1)]])  # [1, 1, B]
+        h = draft.hidden(g, torch.arange(P)[None], torch.ones(1, P, dtype=torch.bool), block, torch.tensor([[P]]))
+        cand, scores = draft.lattice(h[0, 0], torch.tensor(anchor))  # [B-1, K], [B-1, K, K]
+        lg = draft.logits(h[0, 0, 1:])  # [B-1, V]
+    lattices_agree(got, cand.numpy(), scores.numpy(), lg.numpy(), anchor, cfg.selector_top_k)
+
+
+def test_f32_checkpoint_with_model_prefix_round_trips(f32_ckpt, model_path, tmp_path):
+    src, weights = f32_ckpt
+    r = convert_draft(src, model_path, tmp_path / "d.gguf")
+    assert r.dtype == "f32" and r.n_params == sum(v.size for v in weights.values())
+    stored = gguf_tensors(r.path)
+    for k, v in weights.items():
+        np.testing.assert_array_equal(stored[k].reshape(v.shape), v, err_msg=k)
+
+
+def test_plain_dflash_v1_is_refused_naming_what_is_supported(f32_ckpt, model_path, tmp_path):
+    def v1(c):
+        c["architectures"] = ["DFlashDraftModel"]
+        for k in ("conv_group_size", "conv_kernel_size", "selector_rank", "selector_top_k"):
+            del c["dflash_config"][k]
+
+    with pytest.raises(ConvertError, match=r"plain DFlash.*Supported: DFlash2DraftModel"):
+        convert_draft(variant(tmp_path, f32_ckpt[0], v1), model_path, tmp_path / "d.gguf")
+    with pytest.raises(ConvertError, match="no DFlash draft"):
+        convert_draft(variant(tmp_path / "b", f32_ckpt[0], lambda c: c.update(architectures=["LlamaForCausalLM"])),
+                      model_path, tmp_path / "d.gguf")
+    assert not (tmp_path / "d.gguf").exists()
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda c: c.update(hidden_size=1024), "hidden_size is 1024 but the target's n_embd is 576"),
+    (lambda c: c.update(vocab_size=151936), "vocab_size is 151936"),
+    (lambda c: c.update(num_target_layers=36), "target with 36 layers"),
+    (lambda c: c["dflash_config"].update(target_layer_ids=[1, 8, 29]), r"target has 30 layers"),
+    (lambda c: c["dflash_config"].update(mask_token_id=None), "mask_token_id"),
+], ids=["hidden-size", "vocab", "num-target-layers", "tap-out-of-range", "no-mask-token"])
+def test_draft_for_another_target_is_refused(f32_ckpt, model_path, tmp_path, change, says):
+    with pytest.raises(ConvertError, match=says):
+        convert_draft(variant(tmp_path, f32_ckpt[0], change), model_path, tmp_path / "d.gguf")
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda c: c.update(use_sliding_window=True, sliding_window=2048), "sliding-window attention"),
+    (lambda c: c["dflash_config"].update(output_multiplier=0.196), "output_multiplier"),
+    (lambda c: c["dflash_config"].update(final_logit_softcapping=20.0), "final_logit_softcapping"),
+    (lambda c: c.update(attention_bias=True), "attention_bias"),
+], ids=["swa", "logit-multiplier", "softcap", "bias"])
+def test_features_the_writer_lacks_are_refused_not_dropped(f32_ckpt, model_path, tmp_path, change, says):
+    with pytest.raises(ConvertError, match=says):
+        convert_draft(variant(tmp_path, f32_ckpt[0], change), model_path, tmp_path / "d.gguf")
+
+
+def test_missing_unknown_and_misshapen_tensors_are_refused(f32_ckpt, model_path, tmp_path):
+    src, weights = f32_ckpt
+    pub = {published_name(k): v for k, v in weights.items()}
+    missing = {k: v for k, v in pub.items() if k != "layers.1.mlp_conv.base_kernel"}
+    with pytest.raises(ConvertError, match=r"lacks the tensors for blk\.1\.ffn_conv_base"):
+        convert_draft(variant(tmp_path / "m", src, tensors=missing), model_path, tmp_path / "d.gguf")
+    n_embd = weights["fc.weight"].shape[0]
+    extra = {**pub, "lm_head.weight": np.zeros((4, n_embd), np.float32),
+             "layers.0.self_attn.q_proj.bias": np.zeros(n_embd, np.float32)}
+    with pytest.raises(ConvertError, match=r"no place.*layers\.0\.self_attn\.q_proj\.bias.*lm_head\.weight"):
+        convert_draft(variant(tmp_path / "u", src, tensors=extra), model_path, tmp_path / "d.gguf")
+    bad = {**pub, "fc.weight": pub["fc.weight"][:, :576].copy()}
+    with pytest.raises(ConvertError, match=r"'fc\.weight' has shape \[576, 576\]"):
+        convert_draft(variant(tmp_path / "s", src, tensors=bad), model_path, tmp_path / "d.gguf")
+    assert not list(tmp_path.glob("*.gguf*"))
+
+
+def test_output_goes_through_partial_and_needs_force(f32_ckpt, model_path, tmp_path, monkeypatch):
+    out = tmp_path / "d.gguf"
+    out.write_bytes(b"keep me")
+    with pytest.raises(ConvertError, match="already exists.*--force"):
+        convert_draft(f32_ckpt[0], model_path, out)
+    assert out.read_bytes() == b"keep me"
+
+    written = []
+    real = cd.write_dflash_draft
+
+    def failing(path, *a, **k):  # the writer dies half-way: nothing may carry the final name
+        written.append(path)
+        real(path, *a, **k)
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(cd, "write_dflash_draft", failing)
+    with pytest.raises(RuntimeError):
+        convert_draft(f32_ckpt[0], model_path, tmp_path / "new.gguf")
+    assert written == [tmp_path / "new.gguf.partial"]
+    assert not (tmp_path / "new.gguf").exists() and not (tmp_path / "new.gguf.partial").exists()
+    monkeypatch.undo()
+
+    r = convert_draft(f32_ckpt[0], model_path, out, force=True)
+    assert r.path == out and out.stat().st_size == r.file_bytes > 1000
+
+
+def test_cli_converts_and_refuses(f32_ckpt, model_path, tmp_path, capsys):
+    p = argparse.ArgumentParser()
+    add_parsers(p.add_subparsers())
+    out = tmp_path / "cli.gguf"
+    a = p.parse_args(["convert-draft", str(f32_ckpt[0]), "--target", model_path, "--out", str(out), "--json"])
+    assert a.func(a) == 0
+    assert json.loads(capsys.readouterr().out)["path"] == str(out) and out.is_file()
+    a = p.parse_args(["convert-draft", str(f32_ckpt[0]), "--target", model_path, "--out", str(out)])
+    assert a.func(a) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "HINT: pass --force" in err and "Traceback" not in err
