@@ -14,6 +14,9 @@ follows the pinned llama.cpp `src/models/dflash.cpp` op by op:
   reduced vocabulary, `d2t`), then the selector: top-K candidates per slot, and
   score[a][b] = unary(b) + <selector_predecessor[a] * selector_hidden(h), selector_successor[b]>.
 RoPE is NEOX style (pairs i, i + d/2), as llama.cpp applies it for this architecture.
+The optional `DraftConfig` settings (sliding window per layer, embedding / attention / value /
+logit scales, logit soft-capping, GELU) are applied where dflash.cpp applies them (see
+gguf_tools/dflash_draft.py's module doc); with their defaults the forward is the plain one.
 
 Features are scaled per channel by a fixed `feat_scale` before `fc` (SmolLM2's deep taps
 carry massive activations): export folds it into `fc.weight`, so llama.cpp sees plain fc.
@@ -133,7 +136,16 @@ class DFlashDraft(nn.Module):
         blk = torch.arange(N, device=g.device).repeat_interleave(B)  # [N*B]
         see_blk = (blk[:, None] == blk[None, :]).expand(S, N * B, N * B)
         mask = torch.cat([see_ctx, see_blk], dim=-1)[:, None]  # [S, 1, N*B, L + N*B]
+        mask_swa = None
+        if any(c.sliding_layers()):  # llama.cpp hides key k from query q on sliding layers when q - k >= W
+            q_pos = pos.reshape(S, N * B)
+            k_pos = torch.cat([ctx_pos, q_pos], dim=1)  # [S, L + N*B]
+            mask_swa = mask & ((q_pos[:, :, None] - k_pos[:, None, :]) < c.sliding_window)[:, None]
+        kq_scale = c.attention_scale if c.attention_scale is not None else 1.0 / math.sqrt(hd)
+        act = F.silu if c.hidden_act == "silu" else lambda t: F.gelu(t, approximate="tanh")  # ggml's gelu is tanh
         x = self.emb[tokens]  # [S, N, B, E]
+        if c.embedding_scale is not None:
+            x = x * c.embedding_scale
         for i in range(c.n_layer):
             L_ = lambda n: self.w(f"blk.{i}.{n}")  # noqa: E731
             k_ctx = rope_neox(rms_norm((g @ L_("attn_k.weight").T).reshape(S, L, kvh, hd), L_("attn_k_norm.weight"),
@@ -152,20 +164,30 @@ class DFlashDraft(nn.Module):
             rep = c.n_head // kvh  # query head h reads kv head h // rep
             kk, vv = kk.repeat_interleave(rep, dim=1), vv.repeat_interleave(rep, dim=1)
             qq = q.reshape(S, N * B, c.n_head, hd).transpose(1, 2)  # [S, H, NB, D]
-            a = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, scale=1.0 / math.sqrt(hd))
+            m = mask_swa if mask_swa is not None and c.sliding_layers()[i] else mask
+            a = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=m, scale=kq_scale)
             a = a.transpose(1, 2).reshape(S, N, B, c.n_head * hd) @ L_("attn_output.weight").T
+            if c.attention_value_scale is not None:
+                a = a * c.attention_value_scale
             a = dyn_conv(a, dyn, L_("attn_conv_base"), 1, c.conv_kernel_size, c.conv_group_size)
             f_in = x + a
             h = rms_norm(f_in, L_("ffn_norm.weight"), c.rms_eps)
             dyn = h @ L_("ffn_conv_proj.weight").T
             h = dyn_conv(h, dyn, L_("ffn_conv_base"), 0, c.conv_kernel_size, c.conv_group_size)
-            h = (F.silu(h @ L_("ffn_gate.weight").T) * (h @ L_("ffn_up.weight").T)) @ L_("ffn_down.weight").T
+            h = (act(h @ L_("ffn_gate.weight").T) * (h @ L_("ffn_up.weight").T)) @ L_("ffn_down.weight").T
             x = f_in + dyn_conv(h, dyn, L_("ffn_conv_base"), 1, c.conv_kernel_size, c.conv_group_size)
         return rms_norm(x, self.w("output_norm.weight"), c.rms_eps)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        """[..., E] -> [..., V'] over the draft vocabulary (full, or the kept ids in d2t order)."""
-        return (h.reshape(-1, h.shape[-1]) @ self.head.T).reshape(*h.shape[:-1], -1)  # one mm, not a batched one
+        """[..., E] -> [..., V'] over the draft vocabulary (full, or the kept ids in d2t order), with the
+        optional logit scale and soft-cap applied as llama.cpp does before its top-K."""
+        c = self.cfg
+        lg = (h.reshape(-1, h.shape[-1]) @ self.head.T).reshape(*h.shape[:-1], -1)  # one mm, not a batched one
+        if c.logit_scale is not None:
+            lg = lg * c.logit_scale
+        if c.final_logit_softcapping is not None:
+            lg = torch.tanh(lg / c.final_logit_softcapping) * c.final_logit_softcapping
+        return lg
 
     def transition(self, h: torch.Tensor, pred: torch.Tensor, succ: torch.Tensor) -> torch.Tensor:
         """Selector scores without the unary term: h [..., E], pred [..., P] and succ [..., K]

@@ -6,16 +6,25 @@ the published z-lab/dflash model code reads them; `dflash.target_layers` = HF
 `target_layer_ids` + 1 (llama.cpp captures a layer's *input* = the HF layer's output), as the
 vendored llama.cpp's `conversion/qwen.py` (DFlashModel) writes it.
 
+Mapped to `DraftConfig`'s optional settings, as the vendored `conversion/qwen.py` maps them
+to the GGUF keys llama.cpp's dflash graph reads: a sliding window (`use_sliding_window` with
+`sliding_window` on the layers `layer_types` marks "sliding_attention", or `dflash_config.use_swa`
+with `swa_window_size` on every layer), `output_multiplier` (logit scale),
+`final_logit_softcapping`, `input_embedding_scale`, `attention_value_scale`, and `hidden_act`
+silu / gelu / gelu_pytorch_tanh / gelu_new (llama.cpp runs every GELU tanh-approximated; for
+an erf `gelu` that differs by < 1e-3 per activation).
+
 What it is not: a reader of plain DFlash (v1, `DFlashDraftModel`) configs, refused with the
-reason. Features `write_dflash_draft` has no key for (sliding-window attention, logit
-multiplier or soft-cap, embedding scale, biases, interleaved rope, MiMo's mask_embedding.pt)
-are refused, never dropped: a draft converted without them would propose worse tokens with
-no error anywhere.
+reason. What llama.cpp's graph cannot do or our writer has no key for (biases, rope scaling,
+partial or interleaved rope, other activations, MiMo's mask_embedding.pt, a window whose
+layers are ambiguous) is refused, never dropped: a draft converted without it would propose
+worse tokens with no error anywhere.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from .check import GGUFFormatError, check_gguf
@@ -63,26 +72,58 @@ def _get(cfg: dict, key: str, default=None):
     return dc[key] if key in dc else cfg.get(key, default)
 
 
+_ACTS = {"silu": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_pytorch_tanh", "gelu_new": "gelu_pytorch_tanh"}
+
+
 def _unsupported(cfg: dict, hf_dir: Path) -> list[str]:
-    """What this checkpoint uses that `write_dflash_draft` has no key for."""
+    """What this checkpoint uses that llama.cpp's dflash graph (or our writer) cannot express."""
     rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "?"
-    layer_types = cfg.get("layer_types") or []
     found = [
-        (bool(cfg.get("use_sliding_window")) or bool(_get(cfg, "use_swa")) or "sliding_attention" in layer_types,
-         f"sliding-window attention (window {_get(cfg, 'swa_window_size') or cfg.get('sliding_window')})"),
-        (_get(cfg, "output_multiplier", 1.0) not in (None, 1, 1.0), "a logit multiplier (output_multiplier)"),
-        ((_get(cfg, "final_logit_softcapping") or 0) > 0, "logit soft-capping (final_logit_softcapping)"),
-        (_get(cfg, "input_embedding_scale", 1.0) not in (None, 1, 1.0), "an input_embedding_scale"),
-        (_get(cfg, "attention_value_scale") is not None, "an attention_value_scale"),
         (bool(cfg.get("attention_bias")), "attention biases (attention_bias)"),
-        (cfg.get("hidden_act", "silu") != "silu", f"activation {cfg.get('hidden_act')!r} (only silu)"),
+        (cfg.get("hidden_act", "silu") not in _ACTS, f"activation {cfg.get('hidden_act')!r} (llama.cpp's DFlash "
+                                                      f"graph runs only {', '.join(_ACTS)})"),
         (rope_type != "default", f"rope scaling {rope_type!r}"),
         ((rope.get("partial_rotary_factor", 1.0) if isinstance(rope, dict) else 1.0) != 1.0, "partial rotary"),
         (cfg.get("rope_is_neox_style", True) is False, "interleaved rope (rope_is_neox_style=false)"),
         ((hf_dir / "mask_embedding.pt").exists(), "its own mask embedding (mask_embedding.pt)"),
     ]
     return [what for used, what in found if used]
+
+
+def _window(cfg: dict, path: Path, n_layer: int) -> tuple[int, tuple[bool, ...]]:
+    """(sliding window, per-layer flags) as qwen.py derives them, refusing where that is ambiguous;
+    (0, ()) for full attention."""
+    layer_types = cfg.get("layer_types") or []
+    if bool(_get(cfg, "use_swa")):  # DFlash's own switch: every layer slides
+        w, flags = _get(cfg, "swa_window_size") or cfg.get("sliding_window"), (True,) * n_layer
+    elif cfg.get("use_sliding_window"):
+        if len(layer_types) != n_layer:
+            raise ConvertError(f"{path}: use_sliding_window is set but layer_types does not name the kind of each of "
+                               f"the {n_layer} layers, so which layers slide is ambiguous. HINT: add layer_types "
+                               "(\"sliding_attention\" / \"full_attention\" per layer) to config.json.")
+        w, flags = cfg.get("sliding_window"), tuple(t == "sliding_attention" for t in layer_types)
+        if not any(flags):
+            return 0, ()
+    elif "sliding_attention" in layer_types:
+        raise ConvertError(f"{path}: layer_types marks sliding layers but use_sliding_window is off, so whether "
+                           "the draft was trained with a window is ambiguous. HINT: set use_sliding_window to match "
+                           "how the draft was trained.")
+    else:
+        return 0, ()
+    if isinstance(w, bool) or not isinstance(w, int) or w <= 0:
+        raise ConvertError(f"{path}: sliding-window attention is on but the window ({w!r}) is no positive integer.")
+    return w, flags
+
+
+def _scale(cfg: dict, key: str, path: Path, off: tuple = (None, 1, 1.0)) -> float | None:
+    """An optional multiplier; None where it changes nothing (absent or the identity)."""
+    v = _get(cfg, key)
+    if v in off:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v == 0:
+        raise ConvertError(f"{path}: `{key}` must be a finite non-zero number, not {v!r}")
+    return float(v)
 
 
 def _int(cfg: dict, key: str, path: Path, default: int | None = None) -> int:
@@ -97,8 +138,9 @@ def draft_config(cfg: dict, hf_dir: Path, target: Path) -> DraftConfig:
     path = hf_dir / "config.json"
     what = _unsupported(cfg, hf_dir)
     if what:
-        raise ConvertError(f"{path} uses {'; '.join(what)}, which flashdesk's draft writer cannot express yet "
-                           f"(dropping it would make a worse draft without any error). {_HINT_OTHER}")
+        raise ConvertError(f"{path} uses {'; '.join(what)}, which llama.cpp's DFlash graph or flashdesk's draft "
+                           f"writer cannot express (dropping it would make a worse draft without any error). "
+                           f"{_HINT_OTHER}")
     try:
         t = check_gguf(target).metadata
     except (GGUFFormatError, OSError) as e:
@@ -137,10 +179,16 @@ def draft_config(cfg: dict, hf_dir: Path, target: Path) -> DraftConfig:
     n_head = _int(cfg, "num_attention_heads", path)
     rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     causal = cfg.get("is_causal")
+    n_layer = _int(cfg, "num_hidden_layers", path)
+    window, swa_layers = _window(cfg, path, n_layer)
+    softcap = _get(cfg, "final_logit_softcapping")
+    if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, (int, float))
+                                or not math.isfinite(softcap) or softcap < 0):
+        raise ConvertError(f"{path}: final_logit_softcapping must be a number >= 0 (0 = off), not {softcap!r}")
     try:
         c = DraftConfig(
             n_embd=n_embd, n_vocab=vocab, target_n_layer=t_layers, target_layers=tuple(i + 1 for i in ids),
-            mask_token_id=mask, n_layer=_int(cfg, "num_hidden_layers", path), n_head=n_head,
+            mask_token_id=mask, n_layer=n_layer, n_head=n_head,
             n_head_kv=_int(cfg, "num_key_value_heads", path, n_head),
             head_dim=_int(cfg, "head_dim", path, n_embd // max(n_head, 1)),
             n_ff=_int(cfg, "intermediate_size", path), block_size=_int(cfg, "block_size", path, 16),
@@ -151,6 +199,12 @@ def draft_config(cfg: dict, hf_dir: Path, target: Path) -> DraftConfig:
             context_length=_int(cfg, "max_position_embeddings", path, 8192),
             causal=bool(_get(cfg, "causal", False) if causal is None else causal),
             name=model_name(cfg, hf_dir),
+            sliding_window=window, swa_layers=swa_layers if window and not all(swa_layers) else (),
+            logit_scale=_scale(cfg, "output_multiplier", path),
+            final_logit_softcapping=float(softcap) if softcap else None,
+            embedding_scale=_scale(cfg, "input_embedding_scale", path),
+            attention_value_scale=_scale(cfg, "attention_value_scale", path, (None,)),  # qwen.py writes even 1.0
+            hidden_act=_ACTS[cfg.get("hidden_act", "silu")],
         )
         c.validate()
     except ValueError as e:

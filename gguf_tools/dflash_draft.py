@@ -18,10 +18,25 @@ Conventions read from the vendored llama.cpp (`src/models/dflash.cpp`,
 - The mask token is read from `tokenizer.ggml.mask_token_id` (`llama_vocab_mask`);
   `dflash.mask_token_id` (DESIGN.md §2) is written too but llama.cpp ignores it.
 - NumPy shapes below are the reverse of ggml's `ne` order.
+- Optional output/attention settings (`DraftConfig` fields after `causal`) are the keys
+  `src/models/dflash.cpp` reads for this architecture; each defaults to "not written", so a
+  draft that uses none of them is byte-identical to one written before they existed.
+  How llama.cpp applies them (the PyTorch draft in draft_training/model.py mirrors it):
+  `embedding_scale` multiplies the block's token embeddings (not the injected rows);
+  `attention.scale` replaces 1/sqrt(head_dim) as the QK scale; `attention.value_scale`
+  multiplies the attention output after attn_output, before the side-1 conv;
+  `hidden_activation` "gelu"/"gelu_pytorch_tanh" swaps SiLU for tanh-approximated GELU in the
+  gated MLP; `logit_scale` multiplies the logits, then `final_logit_softcapping` c maps them
+  to c * tanh(x / c), both before the top-K and the unary scores (DFlash 2 only); a
+  `attention.sliding_window` W > 0 needs `attention.sliding_window_pattern` (one bool per
+  layer) and hides from a query at position p every key at position <= p - W on the
+  sliding layers (keys later than p, i.e. in its block, stay visible). llama.cpp treats a
+  zero scale as "unset", so zero is refused here rather than silently ignored.
 """
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import struct
@@ -33,6 +48,7 @@ from gguf import GGUFValueType, GGUFWriter
 from .check import check_gguf
 
 ARCH = "dflash"
+HIDDEN_ACTS = ("silu", "gelu", "gelu_pytorch_tanh")  # what dflash.cpp accepts; both gelus run tanh-approximated
 _SCALAR_FMT = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
     GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
@@ -164,6 +180,25 @@ class DraftConfig:
     context_length: int = 8192
     causal: bool = False  # DFlash attends both ways inside a block
     name: str = "flashdesk DFlash2 draft"
+    # optional settings llama.cpp's dflash graph reads; the defaults write no key (see module doc)
+    sliding_window: int = 0  # W > 0: sliding layers see keys at positions > p - W
+    swa_layers: tuple[bool, ...] = ()  # which layers slide; () with a window = every layer
+    logit_scale: float | None = None  # multiplies the logits (published `output_multiplier`)
+    final_logit_softcapping: float | None = None  # c: logits -> c * tanh(logits / c), after logit_scale
+    embedding_scale: float | None = None  # multiplies the block's token embeddings
+    attention_scale: float | None = None  # QK scale instead of 1/sqrt(head_dim)
+    attention_value_scale: float | None = None  # multiplies the attention output (after attn_output)
+    hidden_act: str = "silu"  # "gelu" / "gelu_pytorch_tanh": tanh-approximated GELU in llama.cpp
+
+    def __post_init__(self):  # a config read back from JSON carries lists; keep it hashable
+        object.__setattr__(self, "target_layers", tuple(self.target_layers))
+        object.__setattr__(self, "swa_layers", tuple(bool(b) for b in self.swa_layers))
+
+    def sliding_layers(self) -> tuple[bool, ...]:
+        """Per layer: does it use the sliding window (all False without a window)."""
+        if self.sliding_window <= 0:
+            return (False,) * self.n_layer
+        return self.swa_layers or (True,) * self.n_layer
 
     @classmethod
     def for_target(cls, target_path: str | os.PathLike, **overrides) -> "DraftConfig":
@@ -202,6 +237,17 @@ class DraftConfig:
             (all(0 <= t < self.target_n_layer for t in self.target_layers),
              f"every target layer must be in [0, {self.target_n_layer})"),
             (0 <= self.mask_token_id < self.n_vocab, "mask_token_id is outside the vocabulary"),
+            (self.sliding_window >= 0, "sliding_window must be >= 0 (0 = full attention)"),
+            (not self.swa_layers or (self.sliding_window > 0 and len(self.swa_layers) == self.n_layer
+                                     and any(self.swa_layers)),
+             "swa_layers needs a sliding_window, one flag per layer and at least one sliding layer"),
+            (all(v is None or (math.isfinite(v) and v != 0.0) for v in
+                 (self.logit_scale, self.embedding_scale, self.attention_scale, self.attention_value_scale)),
+             "logit/embedding/attention scales must be finite and non-zero (llama.cpp reads 0 as unset)"),
+            (self.final_logit_softcapping is None or (math.isfinite(self.final_logit_softcapping)
+                                                      and self.final_logit_softcapping > 0),
+             "final_logit_softcapping must be > 0"),
+            (self.hidden_act in HIDDEN_ACTS, f"hidden_act must be one of {', '.join(HIDDEN_ACTS)}"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -291,6 +337,23 @@ def _check_tensors(cfg: DraftConfig, tensors: dict[str, np.ndarray]) -> None:
             raise ValueError("d2t must be int64, sorted, unique absolute target ids within the vocabulary")
 
 
+def _write_options(w: GGUFWriter, cfg: DraftConfig) -> None:
+    """The optional keys, only those that differ from llama.cpp's defaults (see the module doc)."""
+    a = ARCH
+    if cfg.sliding_window > 0:
+        w.add_uint32(f"{a}.attention.sliding_window", int(cfg.sliding_window))
+        # llama.cpp requires the pattern whenever the window is set; it reads bools as 0/1 per layer
+        w.add_key_value(f"{a}.attention.sliding_window_pattern", list(cfg.sliding_layers()), GGUFValueType.ARRAY,
+                        GGUFValueType.BOOL)
+    for key, val in [("logit_scale", cfg.logit_scale), ("final_logit_softcapping", cfg.final_logit_softcapping),
+                     ("embedding_scale", cfg.embedding_scale), ("attention.scale", cfg.attention_scale),
+                     ("attention.value_scale", cfg.attention_value_scale)]:
+        if val is not None:
+            w.add_float32(f"{a}.{key}", float(val))
+    if cfg.hidden_act != "silu":
+        w.add_string(f"{a}.hidden_activation", cfg.hidden_act)
+
+
 def write_dflash_draft(path: str | os.PathLike, cfg: DraftConfig, tensors: dict[str, np.ndarray],
                        target_path: str | os.PathLike, *, matrix_dtype: str = "f32") -> None:
     """Write `tensors` (see `tensor_shapes`) as a DFlash 2 draft for the target GGUF.
@@ -320,6 +383,7 @@ def write_dflash_draft(path: str | os.PathLike, cfg: DraftConfig, tensors: dict[
     w.add_float32(f"{a}.rope.freq_base", float(cfg.rope_freq_base))
     w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", float(cfg.rms_eps))
     w.add_bool(f"{a}.attention.causal", bool(cfg.causal))
+    _write_options(w, cfg)
     # llama.cpp reads target_layers as an int32 array
     w.add_key_value(f"{a}.target_layers", [int(t) for t in cfg.target_layers], GGUFValueType.ARRAY,
                     GGUFValueType.INT32)
@@ -348,5 +412,5 @@ def write_random_draft(path: str | os.PathLike, target_path: str | os.PathLike, 
     return cfg
 
 
-__all__ = ["ARCH", "DraftConfig", "MetaValue", "default_target_layers", "pick_mask_token", "random_tensors",
-           "read_metadata", "tensor_shapes", "write_dflash_draft", "write_random_draft"]
+__all__ = ["ARCH", "HIDDEN_ACTS", "DraftConfig", "MetaValue", "default_target_layers", "pick_mask_token",
+           "random_tensors", "read_metadata", "tensor_shapes", "write_dflash_draft", "write_random_draft"]

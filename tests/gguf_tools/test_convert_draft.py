@@ -1,9 +1,11 @@
 """`flashdesk convert-draft`: a synthetic DFlash 2 checkpoint in the published z-lab layout
 (config.json with `DFlash2DraftModel` + `dflash_config`, safetensors under the published
 names, BF16 like the published files) converts to a GGUF on which llama.cpp computes the
-same candidate lattice as the PyTorch draft of draft_training/ with the same weights; and
-every refusal (plain DFlash v1, a draft for another target, features our writer lacks,
-missing or unknown tensors, an existing output) is a ConvertError that says why.
+same candidate lattice as the PyTorch draft of draft_training/ with the same weights, with
+and without the published options (sliding window, output multiplier, soft-cap, embedding
+and value scales, GELU); and every refusal (plain DFlash v1, a draft for another target,
+features llama.cpp's graph lacks, missing or unknown tensors, an existing output) is a
+ConvertError that says why.
 
 The published names below are written out here on purpose, independently of the
 converter's own table (facts: z-lab/dflash tests/fixtures/dflash2-safetensors-header.json
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -143,26 +146,56 @@ def lattices_agree(got: np.ndarray, cand: np.ndarray, scores: np.ndarray, lg: np
         assert err <= 1e-2, f"slot {slot}: scores differ by {err:.2e} of their scale"
 
 
-@pytest.mark.timeout(240)
-def test_published_dflash2_converts_to_the_torch_drafts_lattice(model_path, cfg, tmp_path):
-    torch = pytest.importorskip("torch")
-    from safetensors.torch import save_file
+def torch_draft(model_path, cfg: DraftConfig):
+    """The PyTorch draft with bf16-exact random weights (the published files are BF16)."""
+    import torch
 
     from draft_training.model import DFlashDraft
     from draft_training.target import read_target_tensors
-    from tests.draft_training.test_parity import llama_lattice  # the engine's DFlashDrafter, one block
 
     tt = read_target_tensors(model_path)
     draft = DFlashDraft(cfg, tt.emb, tt.head)
     draft.load_numpy(draft_weights(cfg, seed=11))
-    with torch.no_grad():  # the published files are BF16: the PyTorch draft keeps exactly those values
+    with torch.no_grad():
         for p in draft.parameters():
             p.copy_(p.to(torch.bfloat16).float())
+    return draft
+
+
+def publish(draft, config: dict, hf) -> dict[str, np.ndarray]:
+    """Write `draft` as a published BF16 checkpoint in folder `hf`; returns its GGUF-named weights."""
+    import torch
+    from safetensors.torch import save_file
+
     weights = draft.export_numpy()  # GGUF names, float32 (bf16-exact)
-    hf = tmp_path / "Tiny-DFlash2"
-    write_config(hf, published_config(cfg))
+    write_config(hf, config)
     save_file({published_name(k): torch.from_numpy(v).to(torch.bfloat16) for k, v in weights.items()},
               str(hf / "model.safetensors"))
+    return weights
+
+
+def torch_lattice(draft, feats, P: int, anchor: int):
+    """The PyTorch draft's candidates [B-1, K], scores [B-1, K, K] and logits [B-1, V] for one block."""
+    import torch
+
+    c = draft.cfg
+    with torch.no_grad():
+        g = draft.inject(torch.as_tensor(feats)[None])  # [1, P, E]
+        block = torch.tensor([[[anchor] + [c.mask_token_id] * (WIDTH - 1)]])  # [1, 1, B]
+        h = draft.hidden(g, torch.arange(P)[None], torch.ones(1, P, dtype=torch.bool), block, torch.tensor([[P]]))
+        cand, scores = draft.lattice(h[0, 0], torch.tensor(anchor))
+        lg = draft.logits(h[0, 0, 1:])
+    return cand.numpy(), scores.numpy(), lg.numpy()
+
+
+@pytest.mark.timeout(240)
+def test_published_dflash2_converts_to_the_torch_drafts_lattice(model_path, cfg, tmp_path):
+    pytest.importorskip("torch")
+    from tests.draft_training.test_parity import llama_lattice  # the engine's DFlashDrafter, one block
+
+    draft = torch_draft(model_path, cfg)
+    hf = tmp_path / "Tiny-DFlash2"
+    weights = publish(draft, published_config(cfg), hf)
 
     seen = []
     r = convert_draft(hf, model_path, progress=lambda done, total: seen.append((done, total)))
@@ -180,17 +213,72 @@ def test_published_dflash2_converts_to_the_torch_drafts_lattice(model_path, cfg,
     assert tuple(meta["dflash.target_layers"].value) == cfg.target_layers
     assert meta["dflash.block_size"].value == WIDTH and meta["dflash.selector_top_k"].value == cfg.selector_top_k
     assert meta["tokenizer.ggml.mask_token_id"].value == cfg.mask_token_id
+    assert not {"dflash.attention.sliding_window", "dflash.logit_scale", "dflash.final_logit_softcapping",
+                "dflash.embedding_scale", "dflash.attention.value_scale", "dflash.hidden_activation"} & set(meta)
 
     got, feats, toks, anchor = llama_lattice(model_path, r.path, cfg, "Order 31: sixty banners, glossy, by Monday to",
                                              " the")
-    P = len(toks)
-    with torch.no_grad():
-        g = draft.inject(torch.as_tensor(feats)[None])  # [1, P, E]
-        block = torch.tensor([[[anchor] + [cfg.mask_token_id] * (WIDTH - 1)]])  # [1, 1, B]
-        h = draft.hidden(g, torch.arange(P)[None], torch.ones(1, P, dtype=torch.bool), block, torch.tensor([[P]]))
-        cand, scores = draft.lattice(h[0, 0], torch.tensor(anchor))  # [B-1, K], [B-1, K, K]
-        lg = draft.logits(h[0, 0, 1:])  # [B-1, V]
-    lattices_agree(got, cand.numpy(), scores.numpy(), lg.numpy(), anchor, cfg.selector_top_k)
+    lattices_agree(got, *torch_lattice(draft, feats, len(toks), anchor), anchor, cfg.selector_top_k)
+
+
+# z-lab's own DFlash 2 release uses a 2048-token window, output_multiplier ~0.196 and softcap 20; here a
+# window of 6 (< the 8-slot block and the ~25-token prompt, so it hides context rows *and* the anchor
+# from the last slots) on layer 0 only, and a softcap small enough to bend these logits
+OPTIONS = dict(sliding_window=6, swa_layers=(True, False), logit_scale=0.196, final_logit_softcapping=2.5,
+               embedding_scale=3.0, attention_value_scale=0.6, hidden_act="gelu_pytorch_tanh")
+
+
+def options_config(cfg: DraftConfig) -> dict:
+    """published_config with every option, under the keys the published model code reads."""
+    c = published_config(cfg)
+    c.update(use_sliding_window=True, sliding_window=OPTIONS["sliding_window"], hidden_act=OPTIONS["hidden_act"],
+             layer_types=["sliding_attention", "full_attention"])
+    c["dflash_config"].update(output_multiplier=OPTIONS["logit_scale"],
+                              final_logit_softcapping=OPTIONS["final_logit_softcapping"],
+                              input_embedding_scale=OPTIONS["embedding_scale"],
+                              attention_value_scale=OPTIONS["attention_value_scale"])
+    return c
+
+
+@pytest.mark.timeout(240)
+def test_published_options_convert_to_the_torch_drafts_lattice(model_path, cfg, tmp_path):
+    """Window, logit multiplier, soft-cap, embedding and value scales and GELU survive conversion: llama.cpp's
+    lattice matches the PyTorch draft with the same options and fails the same comparison against the
+    PyTorch draft without any one of them (so a converter that dropped one would fail here)."""
+    pytest.importorskip("torch")
+    from tests.draft_training.test_parity import llama_lattice
+
+    assert cfg.n_layer == 2
+    ocfg = replace(cfg, **OPTIONS)
+    draft = torch_draft(model_path, ocfg)
+    hf = tmp_path / "Tiny-DFlash2-swa"
+    publish(draft, options_config(cfg), hf)
+    r = convert_draft(hf, model_path)
+    meta = read_metadata(r.path, ("dflash.",))
+    assert meta["dflash.attention.sliding_window"].value == 6
+    assert meta["dflash.attention.sliding_window_pattern"].value == [True, False]
+    assert meta["dflash.hidden_activation"].value == b"gelu_pytorch_tanh"
+    for key, want in [("logit_scale", 0.196), ("final_logit_softcapping", 2.5), ("embedding_scale", 3.0),
+                      ("attention.value_scale", 0.6)]:
+        assert meta[f"dflash.{key}"].value == pytest.approx(want, rel=1e-6), key
+
+    text = "Order 31: sixty banners, glossy, by Monday to the depot in Lyon, and forty flags by Friday for"
+    got, feats, toks, anchor = llama_lattice(model_path, r.path, ocfg, text, " the")
+    P, K = len(toks), cfg.selector_top_k
+    assert P > 3 * OPTIONS["sliding_window"]
+    ref = torch_lattice(draft, feats, P, anchor)
+    lattices_agree(got, *ref, anchor, K)
+    for name, off in [("sliding_window", 0), ("swa_layers", ()), ("logit_scale", None),
+                      ("final_logit_softcapping", None), ("embedding_scale", None), ("attention_value_scale", None),
+                      ("hidden_act", "silu")]:
+        if name == "swa_layers":  # the window on both layers instead of layer 0 only
+            other = replace(ocfg, swa_layers=())
+        else:
+            other = replace(ocfg, **{name: off}, **({"swa_layers": ()} if name == "sliding_window" else {}))
+        draft.cfg = other  # llama.cpp's lattice must not pass for the draft without this option
+        with pytest.raises(AssertionError):
+            lattices_agree(got, *torch_lattice(draft, feats, P, anchor), anchor, K)
+    draft.cfg = ocfg
 
 
 def test_f32_checkpoint_with_model_prefix_round_trips(f32_ckpt, model_path, tmp_path):
@@ -229,14 +317,27 @@ def test_draft_for_another_target_is_refused(f32_ckpt, model_path, tmp_path, cha
 
 
 @pytest.mark.parametrize("change, says", [
-    (lambda c: c.update(use_sliding_window=True, sliding_window=2048), "sliding-window attention"),
-    (lambda c: c["dflash_config"].update(output_multiplier=0.196), "output_multiplier"),
-    (lambda c: c["dflash_config"].update(final_logit_softcapping=20.0), "final_logit_softcapping"),
     (lambda c: c.update(attention_bias=True), "attention_bias"),
-], ids=["swa", "logit-multiplier", "softcap", "bias"])
-def test_features_the_writer_lacks_are_refused_not_dropped(f32_ckpt, model_path, tmp_path, change, says):
+    (lambda c: c.update(hidden_act="relu2"), "activation 'relu2'"),
+    (lambda c: c.update(use_sliding_window=True, sliding_window=2048, layer_types=None), "ambiguous"),
+    (lambda c: c.update(layer_types=["sliding_attention"] * c["num_hidden_layers"]), "ambiguous"),
+    (lambda c: c.update(use_sliding_window=True, sliding_window=None,
+                        layer_types=["sliding_attention"] * c["num_hidden_layers"]), "no positive integer"),
+    (lambda c: c["dflash_config"].update(output_multiplier=0), "output_multiplier"),
+], ids=["bias", "activation", "window-without-layer-types", "window-switched-off", "no-window-size",
+        "zero-multiplier"])
+def test_features_llama_cpp_lacks_are_refused_not_dropped(f32_ckpt, model_path, tmp_path, change, says):
     with pytest.raises(ConvertError, match=says):
         convert_draft(variant(tmp_path, f32_ckpt[0], change), model_path, tmp_path / "d.gguf")
+
+
+def test_use_swa_slides_every_layer(f32_ckpt, model_path, tmp_path):
+    """DFlash's own switch (dflash_config.use_swa + swa_window_size) puts the window on every layer."""
+    r = convert_draft(variant(tmp_path, f32_ckpt[0], lambda c: c["dflash_config"].update(
+        use_swa=True, swa_window_size=2048)), model_path, tmp_path / "d.gguf")
+    meta = read_metadata(r.path, ("dflash.attention.sliding",))
+    assert meta["dflash.attention.sliding_window"].value == 2048
+    assert meta["dflash.attention.sliding_window_pattern"].value == [True, True]
 
 
 def test_missing_unknown_and_misshapen_tensors_are_refused(f32_ckpt, model_path, tmp_path):

@@ -31,7 +31,10 @@ def test_default_taps_and_mask_token(model_path, cfg):
 def test_config_refuses_what_llama_cpp_would_refuse(cfg):
     from dataclasses import replace
     for bad in (dict(target_layers=(2, 30)), dict(target_layers=()), dict(conv_group_size=100),
-                dict(n_embd=64), dict(mask_token_id=49152), dict(block_size=1), dict(n_head_kv=2)):
+                dict(n_embd=64), dict(mask_token_id=49152), dict(block_size=1), dict(n_head_kv=2),
+                dict(swa_layers=(True, False)), dict(sliding_window=8, swa_layers=(True,)),
+                dict(sliding_window=8, swa_layers=(False, False)), dict(sliding_window=-1), dict(logit_scale=0.0),
+                dict(embedding_scale=float("nan")), dict(final_logit_softcapping=0.0), dict(hidden_act="relu")):
         with pytest.raises(ValueError):
             replace(cfg, **bad).validate()
 
@@ -85,4 +88,32 @@ def test_reduced_vocabulary_draft_loads(tmp_path, model_path, cfg):
     with pytest.raises(ValueError, match="d2t"):
         write_dflash_draft(path, cfg, random_tensors(cfg, keep_ids=keep[::-1].copy()), model_path)
     draft = Model(path)
+    draft.close()
+
+
+def test_options_write_their_keys_and_defaults_write_none(tmp_path, model_path, cfg):
+    """Each optional setting lands under the key dflash.cpp reads; the defaults write nothing, so a draft
+    written without options is byte-identical to one written before the options existed."""
+    from dataclasses import replace
+    tensors = random_tensors(cfg, seed=2)
+    write_dflash_draft(tmp_path / "a.gguf", cfg, tensors, model_path)
+    meta = read_metadata(tmp_path / "a.gguf", ("dflash.",))
+    assert not [k for k in meta if "sliding" in k or "scale" in k or "softcap" in k or "activation" in k]
+    explicit = replace(cfg, sliding_window=0, swa_layers=(), logit_scale=None, final_logit_softcapping=None,
+                       embedding_scale=None, attention_scale=None, attention_value_scale=None, hidden_act="silu")
+    write_dflash_draft(tmp_path / "b.gguf", explicit, tensors, model_path)
+    assert (tmp_path / "a.gguf").read_bytes() == (tmp_path / "b.gguf").read_bytes()
+
+    opt = replace(cfg, sliding_window=512, swa_layers=(False, True), logit_scale=0.25, final_logit_softcapping=30.0,
+                  embedding_scale=2.0, attention_scale=0.1, attention_value_scale=0.5, hidden_act="gelu")
+    write_dflash_draft(tmp_path / "c.gguf", opt, tensors, model_path)
+    meta = check_gguf(tmp_path / "c.gguf").metadata
+    assert meta["dflash.attention.sliding_window"] == 512
+    assert read_metadata(tmp_path / "c.gguf", ("dflash.attention.sliding_window_pattern",))[
+        "dflash.attention.sliding_window_pattern"].value == [False, True]
+    for key, want in [("logit_scale", 0.25), ("final_logit_softcapping", 30.0), ("embedding_scale", 2.0),
+                      ("attention.scale", 0.1), ("attention.value_scale", 0.5)]:
+        assert meta[f"dflash.{key}"] == pytest.approx(want), key
+    assert meta["dflash.hidden_activation"] == "gelu"
+    draft = Model(tmp_path / "c.gguf")  # llama.cpp accepts every key (a bad pattern or activation throws)
     draft.close()

@@ -86,3 +86,19 @@ def test_auto_leaves_a_useless_draft_for_lookup(draft_engine, prompts, plain):
     got = run(draft_engine, prompts, SpecParams(mode="auto"), concurrent=True)
     assert {k: c.tokens for k, c in got.items()} == plain
     assert all(c.usage.speculation["mode"] == "lookup" for c in got.values())
+
+
+def test_a_sliding_window_draft_is_lossless_across_rollbacks(tmp_path, model_path, prompts, plain):
+    """A draft with the published options (an 8-token window, logit scale and soft-cap): many
+    blocks, each with rejected tokens to roll back from the draft's windowed KV cache; the
+    output is still the plain output and the draft keeps drafting."""
+    draft = tmp_path / "swa-dflash2.gguf"
+    write_random_draft(draft, model_path, seed=5, sliding_window=8, logit_scale=0.5, final_logit_softcapping=10.0)
+    eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2, draft=str(draft)))
+    try:
+        assert "dflash" in eng.drafters, eng.draft_error
+        got = run(eng, prompts, SpecParams(mode="dflash", block=4), concurrent=True)
+        assert {k: c.tokens for k, c in got.items()} == plain
+        assert all(c.usage.speculation["verifies"] > 5 for c in got.values())
+    finally:
+        eng.close()
