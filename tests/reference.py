@@ -4,6 +4,7 @@ engine's own outputs (with prefix reuse, grammars, speculation) must equal token
 from __future__ import annotations
 
 import llama_cpp
+import numpy as np
 
 from conftest import TEST_CTX
 from engine.context import Context, ContextConfig
@@ -40,3 +41,27 @@ def greedy_reference(model_path: str, prompt: list[int], n: int, grammar: str | 
         llama_cpp.llama_sampler_free(chain)
         ctx.close()
         model.close()
+
+
+def greedy_with_logits(model: Model, prompt: list[int], n: int, n_threads: int = 2,
+                       n_ctx: int = 1024) -> tuple[list[int], np.ndarray]:
+    """Plain greedy decoding of a loaded model by argmax: the chosen tokens and the logits each
+    was chosen from [len(tokens), n_vocab] (for comparing two files of the same model)."""
+    ctx = Context(model, ContextConfig(n_ctx_seq=n_ctx, n_seq=1, n_batch=512, n_threads=n_threads))
+    try:
+        tokens, logits, feed, pos = [], [], list(prompt), 0
+        for _ in range(n):
+            ctx.batch.clear()
+            for j, t in enumerate(feed):
+                ctx.batch.add(t, pos + j, 0, logits=j == len(feed) - 1)
+            ctx.decode(ctx.batch)
+            pos += len(feed)
+            row = np.ctypeslib.as_array(ctx.logits_ptr(len(feed) - 1), shape=(model.n_vocab,)).copy()
+            logits.append(row)
+            tokens.append(int(row.argmax()))
+            if model.is_eog(tokens[-1]):
+                break
+            feed = [tokens[-1]]
+        return tokens, np.stack(logits)
+    finally:
+        ctx.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 import pytest
+from reference import greedy_with_logits
 from tiny_gguf import write_valid
 
 from gguf_tools import QuantizeFailed, QuantizeRefused, inspect_gguf, quantize
@@ -30,28 +31,15 @@ def current_log_callback() -> int | None:
 
 
 def greedy(path, n: int = 3) -> tuple[list[int], np.ndarray]:
-    """n greedy tokens after PROMPT and the logits of the first, from a plain one-sequence context
-    (one thread: a busy CI machine makes ggml's spinning thread barrier crawl)."""
-    from engine.context import Context, ContextConfig
+    """n greedy tokens after PROMPT and the logits of the first (one thread: a busy CI machine
+    makes ggml's spinning thread barrier crawl)."""
     from engine.model import Model
 
     m = Model(path, n_gpu_layers=0)
-    ctx = Context(m, ContextConfig(n_ctx_seq=256, n_seq=1, n_batch=256, n_threads=1))
     try:
-        toks, pos, out, first = m.tokenize(PROMPT), 0, [], None
-        for _ in range(n):
-            ctx.batch.clear()
-            for j, t in enumerate(toks):
-                ctx.batch.add(t, pos + j, 0, logits=j == len(toks) - 1)
-            ctx.decode(ctx.batch)
-            pos += len(toks)
-            logits = np.ctypeslib.as_array(ctx.logits_ptr(ctx.batch.n - 1), shape=(m.n_vocab,)).copy()  # [n_vocab]
-            first = logits if first is None else first
-            toks = [int(np.argmax(logits))]
-            out.append(toks[0])
-        return out, first
+        tokens, logits = greedy_with_logits(m, m.tokenize(PROMPT), n, n_threads=1, n_ctx=256)
+        return tokens, logits[0]
     finally:
-        ctx.close()
         m.close()
 
 

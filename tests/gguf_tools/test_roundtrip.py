@@ -28,8 +28,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from conftest import dev_prompts
+from reference import greedy_with_logits
 from engine.chat import ChatTemplate
-from engine.context import Context, ContextConfig
 from engine.model import Model, init_backend
 from gguf_tools import read_metadata
 from gguf_tools.export_hf import export_hf
@@ -162,28 +162,6 @@ def test_roundtrip_tokenizes_every_dev_prompt_identically(original, roundtrip_mo
     assert roundtrip_model.chat_template() == original.chat_template()
 
 
-def _greedy(model: Model, prompt: list[int], n: int) -> tuple[list[int], np.ndarray]:
-    """Plain greedy decoding: the chosen tokens and the logits each was chosen from [n, n_vocab]."""
-    ctx = Context(model, ContextConfig(n_ctx_seq=1024, n_seq=1, n_batch=512, n_threads=2))
-    try:
-        tokens, logits, feed, pos = [], [], list(prompt), 0
-        for _ in range(n):
-            ctx.batch.clear()
-            for j, t in enumerate(feed):
-                ctx.batch.add(t, pos + j, 0, logits=j == len(feed) - 1)
-            ctx.decode(ctx.batch)
-            pos += len(feed)
-            row = np.ctypeslib.as_array(ctx.logits_ptr(len(feed) - 1), shape=(model.n_vocab,)).copy()
-            logits.append(row)
-            tokens.append(int(row.argmax()))
-            if model.is_eog(tokens[-1]):
-                break
-            feed = [tokens[-1]]
-        return tokens, np.stack(logits)
-    finally:
-        ctx.close()
-
-
 def _some_prompts(n: int) -> list[dict]:
     ps = dev_prompts()
     return ps[:: max(1, len(ps) // n)][:n]
@@ -195,8 +173,8 @@ def test_greedy_output_and_logits_equal_the_original_at_f32(original, original_f
     try:
         for p in _some_prompts(GREEDY_PROMPTS):
             prompt = original.tokenize(chat.render(p["messages"]))
-            a_tokens, a_logits = _greedy(reference, prompt, GREEDY_TOKENS)
-            b_tokens, b_logits = _greedy(roundtrip_model, prompt, GREEDY_TOKENS)
+            a_tokens, a_logits = greedy_with_logits(reference, prompt, GREEDY_TOKENS)
+            b_tokens, b_logits = greedy_with_logits(roundtrip_model, prompt, GREEDY_TOKENS)
             assert b_tokens == a_tokens, (p["id"], reference.detokenize(a_tokens), roundtrip_model.detokenize(b_tokens))
             assert len(a_tokens) >= 8
             assert np.array_equal(a_logits, b_logits), (p["id"], float(np.abs(a_logits - b_logits).max()))
@@ -215,8 +193,8 @@ def test_logits_are_near_the_q4_1_original(original, roundtrip_model):
     prompts = _some_prompts(LOGIT_PROMPTS)
     for p in prompts:
         prompt = original.tokenize(chat.render(p["messages"]))
-        (a_token,), a_logits = _greedy(original, prompt, 1)
-        (b_token,), b_logits = _greedy(roundtrip_model, prompt, 1)
+        (a_token,), a_logits = greedy_with_logits(original, prompt, 1)
+        (b_token,), b_logits = greedy_with_logits(roundtrip_model, prompt, 1)
         diffs.append(float(np.abs(a_logits - b_logits).max() / np.abs(a_logits).max()))
         agree += a_token == b_token
     print(f"\nQ4_1 vs round-trip f32, first token of {len(prompts)} prompts: argmax agrees on {agree}, "
