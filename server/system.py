@@ -1,155 +1,27 @@
-"""GET /v1/system: what hardware the model runs on, in fields the UI can put into plain words.
-
-People ask "is it using my graphics card?". The answer depends on how llama.cpp was
-built (with CUDA, Metal, Vulkan... or CPU only) and on whether that backend found a
-device, so the reply says both, plus a `reason` code the UI translates:
-  gpu            a GPU backend found a device; the model's layers are offloaded to it
-  no_gpu_build   this llama.cpp was built for the CPU only
-  gpu_not_found  built with GPU support, but the backend found no device (driver missing?)
-llama-cpp-python 0.3.36 does not bind ggml's device registry, so the few ggml_backend_*
-calls needed are declared here with ctypes on the libggml it ships.
+"""GET /v1/system: what hardware the model runs on (engine/hardware.py gathers the facts and
+a `reason` code the UI words in the reader's language), plus the served model and whether
+speculation is exact on this backend.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import logging
-import os
-import sys
-
-import llama_cpp
 from fastapi import APIRouter, Request
 
+from engine.hardware import report
 from engine.store import ModelStore
 
-log = logging.getLogger("flashdesk.server")
-
 router = APIRouter()
-
-# enum ggml_backend_dev_type (ggml-backend.h)
-DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
-GPU_TYPES = ("gpu", "igpu")
-BACKEND_NAMES = {"cuda": "CUDA", "metal": "Metal", "vulkan": "Vulkan", "rocm": "ROCm", "hip": "ROCm",
-                 "sycl": "SYCL", "opencl": "OpenCL", "cann": "CANN", "musa": "MUSA", "blas": "BLAS"}
-
-
-def _ggml():
-    from llama_cpp._ggml import libggml as lib  # the libggml llama-cpp-python loaded itself
-
-    vp, cp, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
-    for fn, res, args in [("ggml_backend_dev_count", sz, []), ("ggml_backend_dev_get", vp, [sz]),
-                          ("ggml_backend_dev_name", cp, [vp]), ("ggml_backend_dev_description", cp, [vp]),
-                          ("ggml_backend_dev_type", ctypes.c_int, [vp]),
-                          ("ggml_backend_dev_backend_reg", vp, [vp]), ("ggml_backend_reg_name", cp, [vp]),
-                          ("ggml_backend_reg_count", sz, []), ("ggml_backend_reg_get", vp, [sz]),
-                          ("ggml_backend_dev_memory", None, [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)])]:
-        f = getattr(lib, fn)
-        f.restype, f.argtypes = res, args
-    return lib
-
-
-def _text(b: bytes | None) -> str:
-    return (b or b"").decode("utf-8", errors="replace")
-
-
-@functools.cache
-def hardware() -> dict:
-    """Devices and compiled-in backends; they do not change while the process runs."""
-    out = {"devices": [], "backends": [], "devices_error": None}
-    try:
-        lib = _ggml()
-        out["backends"] = [_text(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)))
-                           for i in range(lib.ggml_backend_reg_count())]
-        for i in range(lib.ggml_backend_dev_count()):
-            d = lib.ggml_backend_dev_get(i)
-            free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-            lib.ggml_backend_dev_memory(d, ctypes.byref(free), ctypes.byref(total))
-            out["devices"].append({
-                "name": _text(lib.ggml_backend_dev_name(d)),
-                "description": _text(lib.ggml_backend_dev_description(d)),
-                "type": DEVICE_TYPES.get(lib.ggml_backend_dev_type(d), "other"),
-                "backend": _text(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(d))),
-                "memory_bytes": total.value or None,
-            })
-    except (AttributeError, OSError) as e:  # a build without these symbols: report what we know
-        out["devices_error"] = f"cannot list devices: {e}"
-        log.warning("%s", out["devices_error"])
-    return out
-
-
-def memory_bytes() -> int | None:
-    try:
-        if sys.platform == "win32":
-            class MemoryStatus(ctypes.Structure):
-                _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
-                            ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
-                            ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
-                            ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
-                            ("ullAvailExtendedVirtual", ctypes.c_ulonglong)]
-            st = MemoryStatus(dwLength=ctypes.sizeof(MemoryStatus))
-            return int(st.ullTotalPhys) if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(st)) else None
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
-def cpu_features(system_info: str) -> list[str]:
-    """`CPU : SSE3 = 1 | AVX2 = 1 | CUDA : ARCHS = 890 | ...` -> ["SSE3", "AVX2"]: the CPU section only."""
-    feats, section = [], ""
-    for part in system_info.split("|"):
-        if ":" in part:
-            section, part = part.split(":", 1)
-        key, _, value = part.partition("=")
-        if section.strip() == "CPU" and value.strip() == "1":
-            feats.append(key.strip())
-    return feats
-
-
-def describe(gpu_offload: bool, devices: list[dict], backends: list[str], threads: int) -> dict:
-    """backend, reason and a one- or two-sentence summary from the structured facts."""
-    gpus = [d for d in devices if d["type"] in GPU_TYPES]
-    gpu_backends = [b for b in backends if b.lower() not in ("cpu", "blas", "rpc")]
-    if gpu_offload and gpus:
-        g = gpus[0]
-        backend = g["backend"].lower()
-        name = g["description"] or g["name"]
-        return {"backend": backend, "reason": "gpu",
-                "summary": f"Running on {name} with {BACKEND_NAMES.get(backend, g['backend'])}."}
-    cpu = f"Running on the CPU with {threads} thread{'s' if threads != 1 else ''}."
-    if gpu_offload:
-        built = " and ".join(BACKEND_NAMES.get(b.lower(), b) for b in gpu_backends) or "GPU"
-        return {"backend": "cpu", "reason": "gpu_not_found",
-                "summary": f"{cpu} This build of llama.cpp supports {built}, but no graphics card was found "
-                           "(is its driver installed?)."}
-    return {"backend": "cpu", "reason": "no_gpu_build",
-            "summary": f"{cpu} This build of llama.cpp has no GPU support."}
 
 
 @router.get("/v1/system")
 def system(request: Request):
     settings = request.app.state.settings
     rt = request.app.state.runtime
-    threads = rt.settings.threads
-    hw = hardware()
-    gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
-    info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
-    speculation = None
     eng = rt.engine if rt.status == "ready" else None
-    if eng is not None:
-        speculation = {"exact": eng.spec_exact, "why": eng.spec_exact_why, "enabled": eng.spec_enabled}
+    speculation = {"exact": eng.spec_exact, "why": eng.spec_exact_why, "enabled": eng.spec_enabled} if eng else None
     return {
         "object": "system",
-        **describe(gpu_offload, hw["devices"], hw["backends"], threads),
-        "gpu_offload": gpu_offload,
-        "devices": hw["devices"],
-        "devices_error": hw["devices_error"],
-        "backends": hw["backends"],
-        "threads": threads,
-        "cpu_count": os.cpu_count(),
-        "cpu_features": cpu_features(info),
-        "memory_bytes": memory_bytes(),
-        "llama_cpp_version": llama_cpp.__version__,
+        **report(rt.settings.threads),
         "model": {"status": rt.status, "name": rt.model.name if rt.model else None},
         "speculation": speculation,
         "home": str(ModelStore(settings.home).home),  # where models, chats and the audit log live
