@@ -16,3 +16,20 @@ def write_valid(path, n_tensors: int = 2) -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def add_one_block(w: GGUFWriter, n_vocab: int, n_embd: int, n_ff: int, seed: int = 0, scale: float = 0.1) -> None:
+    """Random weights of a 1-block llama-shaped model (qwen2 takes the same names), then write and
+    close: the caller has added the architecture's hyper-parameters and the tokenizer."""
+    e, f = n_embd, n_ff
+    shapes = {"token_embd.weight": (n_vocab, e), "output_norm.weight": (e,), "blk.0.attn_norm.weight": (e,),
+              "blk.0.attn_q.weight": (e, e), "blk.0.attn_k.weight": (e, e), "blk.0.attn_v.weight": (e, e),
+              "blk.0.attn_output.weight": (e, e), "blk.0.ffn_norm.weight": (e,), "blk.0.ffn_gate.weight": (f, e),
+              "blk.0.ffn_up.weight": (f, e), "blk.0.ffn_down.weight": (e, f)}
+    rng = np.random.default_rng(seed)
+    for name, shape in shapes.items():
+        w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tiny_gguf import add_one_block
 
 from engine.model import Model
 from gguf_tools.convert.tokenizer import LLAMA3_SPLIT, QWEN2_SPLIT, QWEN35_SPLIT, TokenizerError, add_tokenizer
@@ -122,17 +123,7 @@ def write_tiny_llama(path: Path, hf_dir: Path, seed: int = 0) -> Path:
     w.add_head_count_kv(heads)
     w.add_rope_dimension_count(e // heads)
     w.add_layer_norm_rms_eps(1e-5)
-    rng = np.random.default_rng(seed)
-    shapes = {"token_embd.weight": (n_vocab, e), "output_norm.weight": (e,), "blk.0.attn_norm.weight": (e,),
-              "blk.0.attn_q.weight": (e, e), "blk.0.attn_k.weight": (e, e), "blk.0.attn_v.weight": (e, e),
-              "blk.0.attn_output.weight": (e, e), "blk.0.ffn_norm.weight": (e,),
-              "blk.0.ffn_gate.weight": (ff, e), "blk.0.ffn_up.weight": (ff, e), "blk.0.ffn_down.weight": (e, ff)}
-    for name, shape in shapes.items():
-        w.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    add_one_block(w, n_vocab, e, ff, seed)
     return path
 
 

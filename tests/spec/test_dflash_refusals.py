@@ -6,9 +6,9 @@ passing run is itself the proof that nothing aborted.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from gguf import GGUFWriter
+from tiny_gguf import add_one_block
 
 from engine.errors import ModelLoadError
 from engine.model import Model
@@ -42,18 +42,7 @@ def write_tiny_qwen2(path, model_path) -> None:
         w.add_uint32(f"qwen2.{key}", val)
     w.add_float32("qwen2.attention.layer_norm_rms_epsilon", 1e-6)
     copy_tokenizer(w, model_path)
-    rng = np.random.default_rng(0)
-    shapes = {"token_embd.weight": (v, e), "output_norm.weight": (e,), "blk.0.attn_norm.weight": (e,),
-              "blk.0.attn_q.weight": (e, e), "blk.0.attn_k.weight": (e, e), "blk.0.attn_v.weight": (e, e),
-              "blk.0.attn_output.weight": (e, e), "blk.0.ffn_norm.weight": (e,), "blk.0.ffn_gate.weight": (f, e),
-              "blk.0.ffn_up.weight": (f, e), "blk.0.ffn_down.weight": (e, f)}
-    for name, shape in shapes.items():
-        w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
+    add_one_block(w, v, e, f, seed=0, scale=0.02)
 
 def refused(path, target, *words: str) -> str:
     with pytest.raises(DraftRefused) as info:
