@@ -1,4 +1,4 @@
-"""The `flashdesk` command: serve, pull, models, pair, import, train-draft, inspect, quantize.
+"""The `flashdesk` command: app, serve, doctor, pull, models, pair, import, train-draft, and the GGUF tools.
 
 Flags feed `Settings` (which also reads FLASHDESK_* variables); messages are for
 people, and every failure says what to do next. Exit status 2 for a usage or input
@@ -8,8 +8,10 @@ error, 1 for anything else that failed.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
+import time
 
 from pydantic import ValidationError
 
@@ -40,6 +42,23 @@ def cmd_serve(a) -> int:
     print(f"flashdesk: serving {settings.model} at http://{host}:{settings.port}  (Ctrl+C to stop)", flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info" if a.verbose else "warning",
                 timeout_graceful_shutdown=5)
+    return 0
+
+
+def cmd_app(a) -> int:
+    from .launcher import run
+
+    return run(home=a.home, port=a.port, model=a.model, open_browser=not a.no_browser)
+
+
+def cmd_doctor(a) -> int:
+    from .doctor import format_report, report, write_bundle
+
+    r = report(a.home)
+    print(json.dumps(r, indent=2, ensure_ascii=False) if a.json else format_report(r))
+    if a.bundle is not None:
+        out = write_bundle(r, a.bundle or f"flashdesk-support-{time.strftime('%Y%m%d-%H%M%S')}.zip")
+        print(f"support bundle: {out.resolve()} (logs and settings; no conversations, no work orders, no keys)")
     return 0
 
 
@@ -94,6 +113,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--home", help="data folder (default: FLASHDESK_HOME or the OS convention)")
     p.add_argument("--version", action="version", version=f"flashdesk {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("app", help="start flashdesk for a person: serve on this computer and open the browser")
+    s.add_argument("--port", type=int, help="port (default: 8080 when free, else any free one)")
+    s.add_argument("--model", help=f"store name or path to a .gguf (default: {DEFAULT_MODEL})")
+    s.add_argument("--no-browser", action="store_true", help="do not open the browser")
+    s.set_defaults(func=cmd_app)
+
+    s = sub.add_parser("doctor", help="print what a helper needs to know; --bundle writes a support zip")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+    s.add_argument("--bundle", nargs="?", const="", metavar="ZIP",
+                   help="also write a support bundle (logs, settings, no conversations) to ZIP")
+    s.set_defaults(func=cmd_doctor)
 
     s = sub.add_parser("serve", help="start the API server")
     s.add_argument("--model", help=f"store name or path to a .gguf (default: {DEFAULT_MODEL})")

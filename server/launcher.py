@@ -1,0 +1,145 @@
+"""`flashdesk app`: what a double-click starts. Serve on this machine, open the browser, log to a file.
+
+For people who never open a terminal: it picks the port itself (8080 when free, else any
+free one, bound before anything else so nothing can take it in between), says in the log
+and on the console which hardware llama.cpp will use and why (never a silent CPU
+fallback), fetches the default model on the very first run if it is not there yet, opens
+the chat page as soon as the server accepts connections (the page shows "loading" until
+the model is ready), and stops cleanly on Ctrl+C, SIGTERM or when the console closes.
+
+Not the installer (installers/, issue 8) and not `flashdesk serve`, which is for people who
+choose their own address, port and key.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+import threading
+import time
+import webbrowser
+from logging.handlers import RotatingFileHandler
+from pathlib import Path
+
+from engine.catalog import DEFAULT_MODEL
+from engine.errors import ModelNotFound
+from engine.store import ModelStore
+
+from .settings import Settings
+
+log = logging.getLogger("flashdesk.app")
+
+PREFERRED_PORT = 8080
+LOG_BYTES, LOG_FILES = 5 << 20, 3  # <home>/logs/flashdesk.log, rotated: at most 20 MB of logs
+
+
+def log_to_file(home: Path) -> Path:
+    """Everything flashdesk logs at INFO and above goes to <home>/logs/flashdesk.log too."""
+    path = home / "logs" / "flashdesk.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = RotatingFileHandler(path, maxBytes=LOG_BYTES, backupCount=LOG_FILES, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for h in root.handlers:  # the console keeps its level (warnings); the file gets INFO too
+        if h.level == logging.NOTSET:
+            h.setLevel(root.level or logging.WARNING)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    return path
+
+
+def bind_loopback(port: int | None) -> socket.socket:
+    """A listening socket on 127.0.0.1: `port` if given, else 8080 when free, else any free port."""
+    for p in ([port] if port is not None else [PREFERRED_PORT, 0]):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", p))
+        except OSError:
+            s.close()
+            if port is not None:
+                raise
+            continue
+        s.listen(128)
+        return s
+    raise OSError("no free port on 127.0.0.1")
+
+
+def say(text: str) -> None:
+    """To the console (a person may be watching) and to the log file (whoever helps them later)."""
+    print(text, flush=True)
+    log.info("%s", text)
+
+
+def ensure_model(store: ModelStore, name: str) -> None:
+    try:
+        store.resolve(name)
+    except ModelNotFound:
+        if name != DEFAULT_MODEL:
+            raise
+        say(f"First run: fetching the default model ({DEFAULT_MODEL}); this happens once.")
+        store.pull(DEFAULT_MODEL)
+
+
+def open_when_listening(server, url: str) -> None:
+    """Open the browser once uvicorn accepts connections (it shows the loading page meanwhile)."""
+    def wait_then_open():
+        deadline = time.time() + 60
+        while not server.started and time.time() < deadline:
+            time.sleep(0.05)
+        if server.started and not webbrowser.open(url):
+            say(f"Open {url} in your browser.")
+
+    threading.Thread(target=wait_then_open, name="flashdesk-browser", daemon=True).start()
+
+
+def run(home: str | None = None, port: int | None = None, model: str | None = None,
+        open_browser: bool = True) -> int:
+    import uvicorn
+
+    from engine.hardware import report
+
+    from .app import create_app
+
+    settings = Settings(**{k: v for k, v in {"home": home, "model": model}.items() if v is not None})
+    store = ModelStore(settings.home)
+    log_path = log_to_file(store.home)
+    hw = report(settings.threads)
+    say(f"flashdesk {_version()}: {hw['summary']}")
+    log.info("hardware: backend=%s reason=%s devices=%s", hw["backend"], hw["reason"],
+             [d["description"] or d["name"] for d in hw["devices"]])
+    ensure_model(store, settings.model)
+    sock = bind_loopback(port)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    settings = settings.model_copy(update={"port": sock.getsockname()[1]})
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", timeout_graceful_shutdown=5))
+    say(f"flashdesk is running at {url}  (logs: {log_path}; press Ctrl+C or close this window to stop)")
+    if open_browser:
+        open_when_listening(server, url)
+    # uvicorn shuts down gracefully on Ctrl+C / SIGTERM, then re-raises the signal to the
+    # handler that was there before: make that a KeyboardInterrupt for both, ended here.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    say("flashdesk stopped.")
+    return 0
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("flashdesk")
+    except PackageNotFoundError:
+        return "(development)"
+
+
+if __name__ == "__main__":  # the PyInstaller entry point runs this module
+    sys.exit(run())
