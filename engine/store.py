@@ -148,6 +148,21 @@ class ModelStore:
                               progress=progress)
         return self._pair_shipped(m, entry, progress)
 
+    def install_bundled(self, name: str, gguf: str | os.PathLike, *,
+                        progress: ProgressFactory = tqdm_progress) -> InstalledModel:
+        """Install a catalog model from its GGUF shipped inside an installer (no download): the
+        same checks and layout as `pull`, including the shipped draft."""
+        entry = CATALOG[name]
+        src = Path(gguf)
+
+        def copy(dst: Path) -> None:
+            with open(src, "rb") as fi:
+                _copy(fi, dst, src.stat().st_size, f"install {entry.filename}", progress)
+
+        m = self._install(entry.name, copy, entry.filename, f"catalog:{entry.name}", expect_sha=entry.sha256,
+                          progress=progress)
+        return self._pair_shipped(m, entry, progress)
+
     def _pair_shipped(self, m: InstalledModel, entry: CatalogEntry, progress: ProgressFactory) -> InstalledModel:
         """Pair the draft flashdesk ships for this model, unless the user paired one (or none) already.
         A pairing the user removed (`unpair`) stays removed: the manifest then says draft_choice "user"."""

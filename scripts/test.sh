@@ -3,5 +3,5 @@
 # Extra arguments go to pytest (e.g. -k stream, -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh test,train  # the training tests (parity, pipeline) need PyTorch
+bash scripts/setup.sh test,train,bundle  # PyTorch for the training tests, PyInstaller for the bundle test
 exec .venv/bin/python -m pytest "$@"

@@ -23,7 +23,7 @@ import webbrowser
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
-from engine.catalog import DEFAULT_MODEL
+from engine.catalog import CATALOG, DEFAULT_MODEL
 from engine.errors import ModelNotFound
 from engine.store import ModelStore
 
@@ -72,14 +72,27 @@ def say(text: str) -> None:
     log.info("%s", text)
 
 
+def bundled_model(name: str) -> Path | None:
+    """The catalog model's GGUF inside an installed bundle (installers/flashdesk.spec puts it
+    in models/), or None when running from source or from a bundle built without it."""
+    base = getattr(sys, "_MEIPASS", None)
+    path = Path(base) / "models" / CATALOG[name].filename if base and name in CATALOG else None
+    return path if path is not None and path.is_file() else None
+
+
 def ensure_model(store: ModelStore, name: str) -> None:
     try:
         store.resolve(name)
     except ModelNotFound:
         if name != DEFAULT_MODEL:
             raise
-        say(f"First run: fetching the default model ({DEFAULT_MODEL}); this happens once.")
-        store.pull(DEFAULT_MODEL)
+        shipped = bundled_model(name)
+        if shipped is not None:
+            say(f"First run: installing the default model ({DEFAULT_MODEL}) from this package.")
+            store.install_bundled(name, shipped)
+        else:
+            say(f"First run: fetching the default model ({DEFAULT_MODEL}); this happens once.")
+            store.pull(DEFAULT_MODEL)
 
 
 def open_when_listening(server, url: str) -> None:
@@ -117,13 +130,18 @@ def run(home: str | None = None, port: int | None = None, model: str | None = No
     say(f"flashdesk is running at {url}  (logs: {log_path}; press Ctrl+C or close this window to stop)")
     if open_browser:
         open_when_listening(server, url)
-    # uvicorn shuts down gracefully on Ctrl+C / SIGTERM, then re-raises the signal to the
-    # handler that was there before: make that a KeyboardInterrupt for both, ended here.
+    # The server runs in a thread, where uvicorn installs no signal handlers (it would re-raise
+    # the signal into its event loop after shutting down, tearing the loop down noisily); this
+    # thread turns Ctrl+C and SIGTERM into a graceful stop and waits for it.
     signal.signal(signal.SIGTERM, _interrupt)
+    worker = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="flashdesk-server")
+    worker.start()
     try:
-        server.run(sockets=[sock])
+        while worker.is_alive():
+            worker.join(0.5)
     except KeyboardInterrupt:
-        pass
+        server.should_exit = True  # finishes open answers' last step, closes the model and the databases
+        worker.join(30)
     say("flashdesk stopped.")
     return 0
 

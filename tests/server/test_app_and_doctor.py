@@ -49,7 +49,7 @@ def test_app_serves_logs_and_stops_cleanly(tmp_path, store, stop):
         proc.send_signal(stop)
         out, _ = proc.communicate(timeout=30)
         assert proc.returncode == 0, out
-        assert "flashdesk stopped." in out
+        assert "flashdesk stopped." in out and "Traceback" not in out
     finally:
         if proc.poll() is None:
             proc.kill()
