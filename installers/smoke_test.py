@@ -18,10 +18,44 @@ import time
 import urllib.request
 
 
+# A console Ctrl+C cannot be aimed at one process on Windows: CTRL_C_EVENT with a process id
+# (what send_signal(CTRL_C_EVENT) does) is not delivered to a child started without
+# CREATE_NEW_PROCESS_GROUP (that id names no process group), and a child started with that flag
+# has Ctrl+C disabled. So the program gets its own console, and a short-lived helper attaches to
+# that console and sends Ctrl+C to everything in it (the program; the helper ignores it), the
+# same event a person pressing Ctrl+C in the program's window sends.
+_CTRL_C_HELPER = """
+import ctypes, sys
+k = ctypes.WinDLL("kernel32", use_last_error=True)
+k.FreeConsole()
+if not k.AttachConsole(int(sys.argv[1])):
+    sys.exit(f"AttachConsole failed: {ctypes.get_last_error()}")
+k.SetConsoleCtrlHandler(None, True)
+sys.exit(0 if k.GenerateConsoleCtrlEvent(0, 0) else f"GenerateConsoleCtrlEvent failed: {ctypes.get_last_error()}")
+"""
+
+
+def _hidden():
+    si = subprocess.STARTUPINFO()
+    si.dwFlags |= subprocess.STARTF_USESHOWWINDOW
+    si.wShowWindow = 0  # SW_HIDE
+    return si
+
+
+def ctrl_c(proc: subprocess.Popen) -> None:
+    if sys.platform != "win32":
+        proc.send_signal(signal.SIGINT)
+        return
+    subprocess.run([sys.executable, "-c", _CTRL_C_HELPER, str(proc.pid)], check=True, timeout=30,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+
 def main(program: str) -> int:
     with tempfile.TemporaryDirectory(prefix="flashdesk-smoke-") as home:
+        # Windows: its own (hidden) console, so that a Ctrl+C can reach it alone (see ctrl_c).
+        extra = {"creationflags": subprocess.CREATE_NEW_CONSOLE, "startupinfo": _hidden()} if sys.platform == "win32" else {}
         proc = subprocess.Popen([program, "--home", home, "--no-browser", "--port", "0"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **extra)
         lines: list[str] = []
         try:
             url = None
@@ -51,7 +85,7 @@ def main(program: str) -> int:
             answer = client.chat.completions.create(model="smollm2", max_tokens=8, temperature=0,
                                                     messages=[{"role": "user", "content": "Say hello."}])
             assert answer.choices[0].message.content, "an empty answer"
-            proc.send_signal(signal.SIGINT if sys.platform != "win32" else signal.CTRL_C_EVENT)
+            ctrl_c(proc)
             rest, _ = proc.communicate(timeout=60)
             lines.append(rest)
             assert proc.returncode == 0, f"exit status {proc.returncode}"
