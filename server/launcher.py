@@ -133,6 +133,9 @@ def run(home: str | None = None, port: int | None = None, model: str | None = No
     # The server runs in a thread, where uvicorn installs no signal handlers (it would re-raise
     # the signal into its event loop after shutting down, tearing the loop down noisily); this
     # thread turns Ctrl+C and SIGTERM into a graceful stop and waits for it.
+    # SIGINT too, explicitly: a program started in the background (a desktop launcher, a CI
+    # job) inherits SIGINT as ignored, and Python then installs no KeyboardInterrupt for it.
+    signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     worker = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="flashdesk-server")
     worker.start()
