@@ -8,6 +8,10 @@ Knows nothing of HTTP. Typical use:
     eng.close()
 """
 
+from .llama_build import select as _select_llama_build
+
+_select_llama_build()  # before any module below imports llama_cpp: which build it loads (CPU or CUDA)
+
 from .errors import (ContextLengthExceeded, DownloadError, EngineError, EngineStopped, GenerationFailed,
                      InvalidModelFile, InvalidRequest, ModelLoadError, ModelNotFound)
 from .request import Completion, GenerationRequest, RequestHandle, StreamEvent, Usage

@@ -6,8 +6,11 @@ device, so `describe` says both, plus a `reason` code a UI can translate:
   gpu            a GPU backend found a device; the model's layers are offloaded to it
   no_gpu_build   this llama.cpp was built for the CPU only
   gpu_not_found  built with GPU support, but the backend found no device (driver missing?)
+or, where the package ships a CUDA build beside the CPU one and the CPU one was chosen
+(engine/llama_build.py), why: driver_missing, driver_too_old, no_cuda_device, cuda_load_failed.
 llama-cpp-python 0.3.36 does not bind ggml's device registry, so the few ggml_backend_*
-calls needed are declared here with ctypes on the libggml it ships.
+calls needed are declared here with ctypes on the libggml of the build this process loaded
+(llama_cpp._ggml would always load llama_cpp/lib's, the CPU build's where there are two).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import sys
 
 import llama_cpp
 
+from .llama_build import FALLBACK_REASONS, LlamaBuild, select
+
 log = logging.getLogger("flashdesk.engine")
 
 # enum ggml_backend_dev_type (ggml-backend.h)
@@ -30,7 +35,9 @@ BACKEND_NAMES = {"cuda": "CUDA", "metal": "Metal", "vulkan": "Vulkan", "rocm": "
 
 
 def _ggml():
-    from llama_cpp._ggml import libggml as lib  # the libggml llama-cpp-python loaded itself
+    from llama_cpp._ctypes_extensions import load_shared_library
+
+    lib = load_shared_library("ggml", select().folder)  # already loaded with libllama: the same copy
 
     vp, cp, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
     for fn, res, args in [("ggml_backend_dev_count", sz, []), ("ggml_backend_dev_get", vp, [sz]),
@@ -101,7 +108,8 @@ def cpu_features(system_info: str) -> list[str]:
     return feats
 
 
-def describe(gpu_offload: bool, devices: list[dict], backends: list[str], threads: int) -> dict:
+def describe(gpu_offload: bool, devices: list[dict], backends: list[str], threads: int,
+             build: LlamaBuild | None = None) -> dict:
     """backend, reason and a one- or two-sentence summary from the structured facts."""
     gpus = [d for d in devices if d["type"] in GPU_TYPES]
     gpu_backends = [b for b in backends if b.lower() not in ("cpu", "blas", "rpc")]
@@ -110,8 +118,10 @@ def describe(gpu_offload: bool, devices: list[dict], backends: list[str], thread
         backend = g["backend"].lower()
         name = g["description"] or g["name"]
         return {"backend": backend, "reason": "gpu",
-                "summary": f"Running on {name} with {BACKEND_NAMES.get(backend, g['backend'])}."}
+                "summary": f"{name} found, using {BACKEND_NAMES.get(backend, g['backend'])}."}
     cpu = f"Running on the CPU with {threads} thread{'s' if threads != 1 else ''}."
+    if build is not None and build.reason in FALLBACK_REASONS:
+        return {"backend": "cpu", "reason": build.reason, "summary": f"{_why_cpu(build)} {cpu}"}
     if gpu_offload:
         built = " and ".join(BACKEND_NAMES.get(b.lower(), b) for b in gpu_backends) or "GPU"
         return {"backend": "cpu", "reason": "gpu_not_found",
@@ -121,13 +131,29 @@ def describe(gpu_offload: bool, devices: list[dict], backends: list[str], thread
             "summary": f"{cpu} This build of llama.cpp has no GPU support."}
 
 
+def _why_cpu(build: LlamaBuild) -> str:
+    """Why the CPU build was loaded although this installation has a CUDA build."""
+    slower = "so flashdesk uses the CPU: answers will be slower."
+    d = build.driver
+    if build.reason == "driver_missing":
+        return f"No NVIDIA graphics driver found, {slower}"
+    if build.reason == "driver_too_old" and d is not None and d.cuda_version:
+        return (f"The NVIDIA driver supports CUDA {d.cuda_version[0]}.{d.cuda_version[1]}, but the graphics-card "
+                f"build needs CUDA {build.cuda_needed} or newer, {slower} Updating the NVIDIA driver fixes this.")
+    if build.reason == "no_cuda_device":
+        return f"An NVIDIA driver is installed but reports no graphics card, {slower}"
+    return f"The graphics-card (CUDA) build could not be loaded ({build.error}), {slower}"
+
+
 def report(threads: int) -> dict:
     """Everything GET /v1/system says about the machine, for `threads` CPU threads."""
     hw = hardware()
+    build = select()
     gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
     info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
     return {
-        **describe(gpu_offload, hw["devices"], hw["backends"], threads),
+        **describe(gpu_offload, hw["devices"], hw["backends"], threads, build),
+        "llama_build": build.facts(),
         "gpu_offload": gpu_offload,
         "devices": hw["devices"],
         "devices_error": hw["devices_error"],

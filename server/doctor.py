@@ -73,6 +73,7 @@ def format_report(r: dict) -> str:
     lines = [f"flashdesk {r['flashdesk']}  (Python {r['python']}, llama-cpp-python {r['llama_cpp_python']})",
              f"system      {r['platform']}",
              f"hardware    {hw['summary']}",
+             f"llama.cpp   {_build_line(hw['llama_build'])}",
              f"home        {r['home']}  ({r['disk_free_bytes'] / 1e9:.1f} GB free)"]
     if r["models"]:
         for m in r["models"]:
@@ -88,6 +89,16 @@ def format_report(r: dict) -> str:
         lines.append(f"port        {port['port']} is taken by another program; the app picks another port")
     lines.append(f"logs        {r['logs'] or 'none yet'}")
     return "\n".join(lines)
+
+
+def _build_line(b: dict) -> str:
+    """Which of the installation's llama.cpp builds loaded, from where and why (engine/llama_build.py)."""
+    driver = b.get("driver") or {}
+    facts = [f"builds here: {', '.join(b['available'])}", f"reason: {b['reason']}"]
+    if driver:
+        facts.append(f"NVIDIA driver: CUDA {driver.get('cuda_version')}, {driver.get('devices')} GPU(s)"
+                     if driver.get("found") else "NVIDIA driver: none")
+    return f"{b['name']} build from {b['folder']}  ({'; '.join(facts)})"
 
 
 def write_bundle(r: dict, out: str | Path) -> Path:

@@ -77,14 +77,15 @@ def wait_ready(base: str, timeout: float = 120.0, want: int = 200) -> None:
 class ServerProcess:
     """`flashdesk serve` as a real subprocess on a free loopback port."""
 
-    def __init__(self, home: Path, *flags: str):
+    def __init__(self, home: Path, *flags: str, env: dict[str, str] | None = None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "server.cli", "--home", str(home), "serve", "--port", str(self.port),
                "--ctx", str(TEST_CTX), "--threads", "2", *flags]
         self.log_path = home / f"server-{self.port}.log"
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=None if env is None else {**os.environ, **env})
 
     def wait_ready(self, timeout: float = 300.0) -> None:
         """Like wait_ready(), but a server that exits fails at once, and either failure shows its log.
@@ -115,9 +116,10 @@ class ServerProcess:
 
 
 @contextmanager
-def serving(home: Path, *flags: str):
-    """`flashdesk serve` on `home`, ready before the body runs, stopped after it."""
-    srv = ServerProcess(home, *flags)
+def serving(home: Path, *flags: str, env: dict[str, str] | None = None):
+    """`flashdesk serve` on `home` (with `env` added to the environment), ready before the body
+    runs, stopped after it."""
+    srv = ServerProcess(home, *flags, env=env)
     try:
         srv.wait_ready()
         yield srv

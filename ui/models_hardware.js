@@ -68,6 +68,14 @@ function leadText(s, gpus, threadText) {
     return { lead: t("models.hw_cpu", { threads: threadText }),
       why: t("models.hw_gpu_not_found", { backends: gpuBackends.map((b) => BACKEND_NAMES[b.toLowerCase()] || b).join(", ") || "GPU" }) };
   }
+  const build = s.llama_build || {};
+  const fallback = { // the package has a graphics-card (CUDA) build, and this is why it was not used
+    driver_missing: () => t("models.hw_driver_missing"),
+    driver_too_old: () => t("models.hw_driver_too_old", { have: build.driver?.cuda_version || "?", need: build.cuda_needed ?? "?" }),
+    no_cuda_device: () => t("models.hw_no_cuda_device"),
+    cuda_load_failed: () => t("models.hw_cuda_load_failed", { error: build.error || "?" }),
+  }[s.reason];
+  if (fallback) return { lead: t("models.hw_cpu", { threads: threadText }), why: fallback() };
   return { lead: s.summary || t("models.unknown"), why: null }; // a reason this page does not know yet: the server's own words
 }
 

@@ -10,6 +10,7 @@ its only import is a broken file, which the store refuses before writing anythin
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 
@@ -17,6 +18,7 @@ import pytest
 from playwright.sync_api import expect
 
 from conftest import ROOT, linked_home, serving
+from llama_package import package
 from tests.ui.browser import Page
 
 PATH_LABEL = "Where is the model file?"
@@ -83,6 +85,29 @@ def test_models_page_in_traditional_chinese(tab):
             piece = piece.strip(" .,:()…")
             if len(piece) >= 6:
                 assert not re.search(rf"(?<![\w/\\]){re.escape(piece)}(?!\w)", text), f"English on the zh-TW page: {piece!r}"
+
+
+@pytest.mark.parametrize("locale, lead, why", [
+    ("en-US", "flashdesk is using the processor (CPU), 2 threads.",
+     "No NVIDIA graphics driver was found, so flashdesk uses the processor: answers will be slower."),
+    ("zh-TW", "flashdesk 目前使用處理器（CPU）運作，使用 2 個執行緒。", "找不到 NVIDIA 顯示卡驅動程式"),
+])
+def test_a_package_with_a_cuda_build_says_on_the_page_why_it_uses_the_processor(browser, store, tmp_path,
+                                                                                 locale, lead, why):
+    """The first run on a PC without the NVIDIA driver (the Windows package, laid out here with a
+    copy of the CPU build as its CUDA build; this machine has no driver): never a silent fallback."""
+    pkg = package(tmp_path / "site")
+    home = linked_home(tmp_path / "home", store)
+    env = {"PYTHONPATH": os.pathsep.join([str(pkg.parent), str(ROOT)])}
+    with serving(home, env=env) as srv:
+        t = Page(browser, srv.base, locale)
+        try:
+            computer = t.open("#/models").locator(".computer-card")
+            expect(computer.locator(".hw-lead")).to_have_text(lead)
+            expect(computer).to_contain_text(why)
+        finally:
+            t.close()
+        assert not t.errors and not t.blocked
 
 
 SMOL = {"name": "smollm2", "title": "SmolLM2-135M-Instruct (Q4_1)", "size": 98362432, "license": "Apache-2.0",
