@@ -48,7 +48,7 @@ def cmd_serve(a) -> int:
 def cmd_app(a) -> int:
     from .launcher import run
 
-    return run(home=a.home, port=a.port, model=a.model, open_browser=not a.no_browser)
+    return run(home=a.home, port=a.port, model=a.model, open_browser=not a.no_browser, window=not a.no_window)
 
 
 def cmd_doctor(a) -> int:
@@ -118,6 +118,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, help="port (default: 8080 when free, else any free one)")
     s.add_argument("--model", help=f"store name or path to a .gguf (default: {DEFAULT_MODEL})")
     s.add_argument("--no-browser", action="store_true", help="do not open the browser")
+    s.add_argument("--no-window", action="store_true", help="no window to quit from: stop with Ctrl+C")
     s.set_defaults(func=cmd_app)
 
     s = sub.add_parser("doctor", help="print what a helper needs to know; --bundle writes a support zip")

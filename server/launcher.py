@@ -5,7 +5,9 @@ free one, bound before anything else so nothing can take it in between), says in
 and on the console which hardware llama.cpp will use and why (never a silent CPU
 fallback), fetches the default model on the very first run if it is not there yet, opens
 the chat page as soon as the server accepts connections (the page shows "loading" until
-the model is ready), and stops cleanly on Ctrl+C, SIGTERM or when the console closes.
+the model is ready), keeps a small window (server/app_window.py) with the address, the
+hardware and Quit, and stops cleanly from there, on Ctrl+C, SIGTERM or when the console
+closes. A second start for the same home opens the running one's page instead.
 
 Not the installer (installers/, issue 8) and not `flashdesk serve`, which is for people who
 choose their own address, port and key.
@@ -13,7 +15,9 @@ choose their own address, port and key.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import signal
 import socket
 import sys
@@ -33,6 +37,7 @@ log = logging.getLogger("flashdesk.app")
 
 PREFERRED_PORT = 8080
 LOG_BYTES, LOG_FILES = 5 << 20, 3  # <home>/logs/flashdesk.log, rotated: at most 20 MB of logs
+INSTANCE_FILE = "app.json"  # where the running app of a home says its address
 
 
 def log_to_file(home: Path) -> Path:
@@ -107,50 +112,110 @@ def open_when_listening(server, url: str) -> None:
     threading.Thread(target=wait_then_open, name="flashdesk-browser", daemon=True).start()
 
 
+def running_instance(home: Path) -> str | None:
+    """The address of a flashdesk app already serving this home (a second double-click), or None.
+    <home>/app.json names it; a stale file (after a crash) names a port where no flashdesk of
+    this home answers, and is ignored."""
+    import httpx
+
+    try:
+        url = json.loads((home / INSTANCE_FILE).read_text("utf-8"))["url"]
+        r = httpx.get(f"{url}v1/system", timeout=2)
+        return url if r.status_code == 200 and Path(r.json().get("home", "")) == home else None
+    except (OSError, ValueError, KeyError, TypeError, httpx.HTTPError):
+        return None
+
+
 def run(home: str | None = None, port: int | None = None, model: str | None = None,
-        open_browser: bool = True) -> int:
+        open_browser: bool = True, window: bool = True) -> int:
     import uvicorn
 
     from engine.hardware import report
 
+    from . import app_window
     from .app import create_app
 
     settings = Settings(**{k: v for k, v in {"home": home, "model": model}.items() if v is not None})
     store = ModelStore(settings.home)
     log_path = log_to_file(store.home)
+    other = running_instance(store.home)
+    if other is not None:  # one flashdesk per home: show the one that runs
+        say(f"flashdesk is already running at {other}; opening it.")
+        if open_browser:
+            webbrowser.open(other)
+        return 0
     hw = report(settings.threads)
     say(f"flashdesk {_version()}: {hw['summary']}")
-    log.info("hardware: backend=%s reason=%s devices=%s", hw["backend"], hw["reason"],
-             [d["description"] or d["name"] for d in hw["devices"]])
+    build = hw["llama_build"]
+    log.info("hardware: backend=%s reason=%s devices=%s llama.cpp build=%s (%s) from %s", hw["backend"], hw["reason"],
+             [d["description"] or d["name"] for d in hw["devices"]], build["name"], build["reason"], build["folder"])
     ensure_model(store, settings.model)
     sock = bind_loopback(port)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
     settings = settings.model_copy(update={"port": sock.getsockname()[1]})
     server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", timeout_graceful_shutdown=5))
-    say(f"flashdesk is running at {url}  (logs: {log_path}; press Ctrl+C or close this window to stop)")
+    no_window = "turned off" if not window else app_window.unavailable()
+    say(f"flashdesk is running at {url}  (logs: {log_path}; "
+        f"{'quit from its window' if no_window is None else 'press Ctrl+C or close this window'} to stop)")
+    if no_window is not None:
+        log.info("no window (%s): the console stops flashdesk", no_window)
     if open_browser:
         open_when_listening(server, url)
+
+    def stop(*_) -> None:  # finishes open answers' last step, closes the model and the databases
+        server.force_exit = server.should_exit  # a second Ctrl+C: do not wait for open connections
+        server.should_exit = True
+
     # The server runs in a thread, where uvicorn installs no signal handlers (it would re-raise
     # the signal into its event loop after shutting down, tearing the loop down noisily); this
     # thread turns Ctrl+C and SIGTERM into a graceful stop and waits for it.
     # SIGINT too, explicitly: a program started in the background (a desktop launcher, a CI
-    # job) inherits SIGINT as ignored, and Python then installs no KeyboardInterrupt for it.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
+    # job) inherits SIGINT as ignored, and Python then leaves it ignored.
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
     worker = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="flashdesk-server")
     worker.start()
+    _stop_on_console_close(stop, worker)
+    instance = store.home / INSTANCE_FILE
+    instance.write_text(json.dumps({"url": url, "pid": os.getpid()}), "utf-8")
     try:
+        if no_window is None:
+            try:
+                win = app_window.AppWindow(url, hw["summary"], log_path)
+            except Exception as e:  # tkinter.TclError: a display that does not answer, a broken Tk
+                say(f"No window ({e}): press Ctrl+C here to stop flashdesk.")
+            else:
+                app_window.hide_own_console()
+                win.run(worker.is_alive, stop)
+                if worker.is_alive():  # the window went away some other way: it was the way to quit
+                    stop()
         while worker.is_alive():
             worker.join(0.5)
-    except KeyboardInterrupt:
-        server.should_exit = True  # finishes open answers' last step, closes the model and the databases
-        worker.join(30)
+    finally:
+        instance.unlink(missing_ok=True)
     say("flashdesk stopped.")
     return 0
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
+def _stop_on_console_close(stop, worker: threading.Thread) -> None:
+    """Windows: closing the console window (or logging off) stops flashdesk cleanly. Windows ends
+    the process as soon as a console handler returns, so this one waits for the server (Windows
+    allows about 5 s). Python's own signal handling cannot: it returns at once."""
+    if sys.platform != "win32":
+        return
+    import ctypes
+    from ctypes import wintypes
+
+    @ctypes.WINFUNCTYPE(wintypes.BOOL, wintypes.DWORD)
+    def on_event(event: int) -> bool:
+        if event in (2, 5, 6):  # CTRL_CLOSE_EVENT, CTRL_LOGOFF_EVENT, CTRL_SHUTDOWN_EVENT
+            stop()
+            worker.join(4.5)
+            return True
+        return False  # Ctrl+C and Ctrl+Break: Python's handlers (SIGINT above)
+
+    _stop_on_console_close.handler = on_event  # a ctypes callback must outlive this call
+    ctypes.windll.kernel32.SetConsoleCtrlHandler(on_event, True)
 
 
 def _version() -> str:
