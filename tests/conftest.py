@@ -199,3 +199,21 @@ def dev_prompts() -> list[dict]:
          "max_tokens": 96},
         {"id": "b4", "messages": [{"role": "user", "content": "What is 17 * 23?"}], "max_tokens": 48},
     ]
+
+
+@pytest.fixture(scope="session")
+def display():
+    """A private X display (Xvfb) for the app's window."""
+    xvfb = shutil.which("Xvfb")
+    if xvfb is None:
+        pytest.fail("no Xvfb. HINT: apt-get install xvfb")
+    number = 90 + os.getpid() % 500
+    proc = subprocess.Popen([xvfb, f":{number}", "-screen", "0", "1024x768x24", "-nolisten", "tcp"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 20
+    while not os.path.exists(f"/tmp/.X11-unix/X{number}"):
+        assert proc.poll() is None and time.time() < deadline, "Xvfb did not start"
+        time.sleep(0.05)
+    yield f":{number}"
+    proc.terminate()
+    proc.wait(10)

@@ -98,22 +98,15 @@ function Step-Bundle {
     #   _internal\llama_cpp\lib\       the CPU build (collected by the spec, collect_dynamic_libs)
     #   _internal\llama_cpp\lib_cuda\  the CUDA build (llama.dll, ggml*.dll, ggml-cuda.dll, mtmd.dll)
     #                                  plus the CUDA runtime DLLs it links
-    # How the app picks one at run time: llama-cpp-python 0.3.36's llama_cpp\llama_cpp.py reads the
-    # LLAMA_CPP_LIB_PATH environment variable once, at import; when set, it is the folder
-    # load_shared_library() (llama_cpp\_ctypes_extensions.py) looks in for llama.dll (or
-    # libllama.dll) instead of llama_cpp\lib. On Windows that function also puts the folder on PATH
-    # and os.add_dll_directory(), and loads with winmode=0 (the standard search order, which
-    # includes PATH), so llama.dll's dependencies (ggml*.dll, cudart64_*.dll, cublas*.dll) resolve
-    # from the same folder.
-    # TODO(issue 8, launcher not yet implemented): before anything imports llama_cpp,
-    # server/launcher.py (or installers/flashdesk_entry.py) must set LLAMA_CPP_LIB_PATH to
-    # <_internal>\llama_cpp\lib_cuda when an NVIDIA driver is present (ctypes.WinDLL("nvcuda.dll")
-    # loads; ggml-cuda.dll links nvcuda.dll, so without a driver the CUDA build cannot even load),
-    # else leave it unset (llama_cpp\lib, the CPU build), and say which and why. Two caveats found
-    # while reading llama-cpp-python: llama_cpp\_ggml.py (used by engine/hardware.py) always loads
-    # ggml from llama_cpp\lib and ignores LLAMA_CPP_LIB_PATH, so hardware.py must load ggml from the
-    # chosen folder itself; and llama_cpp\mtmd_cpp.py reads its own MTMD_CPP_LIB (set it to the
-    # same folder).
+    # How the app picks one at run time (engine/llama_build.py, called by engine/__init__.py before
+    # anything imports llama_cpp): when nvcuda.dll loads and reports a GPU and a CUDA version at
+    # least the bundled cudart64_<major>.dll's, it preloads lib_cuda\llama.dll with its own folder
+    # searched first (LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR) and sets LLAMA_CPP_LIB_PATH (and
+    # MTMD_CPP_LIB) to lib_cuda, which llama-cpp-python 0.3.36 reads once, at import; otherwise,
+    # or when that preload fails, the CPU build in lib\. The reason (driver missing, too old, no
+    # GPU, CUDA build failed to load) goes to the log, doctor and the models page. ggml's device
+    # list is read from the chosen folder too (llama_cpp\_ggml.py would always load lib\'s).
+    # So lib_cuda must hold the cudart64_*.dll whose name says the CUDA major version.
     $internal = Join-Path $App "_internal"
     $libCpu = Join-Path $internal "llama_cpp\lib"
     $libCuda = Join-Path $internal "llama_cpp\lib_cuda"

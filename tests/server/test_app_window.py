@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,24 +18,6 @@ import pytest
 from conftest import ROOT, linked_home
 from server.app_window import AppWindow, language, strings, unavailable
 from server.launcher import INSTANCE_FILE, running_instance
-
-
-@pytest.fixture(scope="module")
-def display():
-    """A private X display for this module's windows."""
-    xvfb = shutil.which("Xvfb")
-    if xvfb is None:
-        pytest.fail("no Xvfb. HINT: apt-get install xvfb")
-    number = 90 + os.getpid() % 500
-    proc = subprocess.Popen([xvfb, f":{number}", "-screen", "0", "1024x768x24", "-nolisten", "tcp"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 20
-    while not os.path.exists(f"/tmp/.X11-unix/X{number}"):
-        assert proc.poll() is None and time.time() < deadline, "Xvfb did not start"
-        time.sleep(0.05)
-    yield f":{number}"
-    proc.terminate()
-    proc.wait(10)
 
 
 @pytest.fixture
