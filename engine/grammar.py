@@ -41,12 +41,16 @@ from .sampling import _TOKEN_DATA
 _CLOSERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (outside, inside)
 
 
-def closers(piece, n_vocab: int) -> tuple[list[int], list[int]]:
-    """Token ids that close JSON: outside a string (only "]", "}" and blanks, or null / false / 0)
-    and inside one (a quote, then only "]", "}", ",", ":" and blanks). Computed once per vocabulary."""
+def closers(piece, n_vocab: int) -> tuple[list[int], list[int], list[int]]:
+    """Token ids that close JSON, computed once per vocabulary:
+    outside a string: only "]", "}" and blanks, or null / false / 0;
+    inside one, ending it: a quote, then only "]", "}" and blanks;
+    inside one, ending it but going on: a quote, then also "," or ":" (a comma opens another
+    member, so these come last: preferring them by logit alone can keep a structure open
+    until max_tokens, one empty member after another)."""
     key = getattr(piece, "__self__", piece)  # the model a bound `piece` belongs to
     if key not in _CLOSERS:
-        outside, inside = [], []
+        outside, ends, more = [], [], []
         for t in range(n_vocab):
             try:
                 text = piece(t).decode("utf-8")
@@ -55,9 +59,11 @@ def closers(piece, n_vocab: int) -> tuple[list[int], list[int]]:
             brackets = text and set(text) <= set("]} \n\t") and ("]" in text or "}" in text)
             if brackets or text.strip() in ("null", "false", "0"):
                 outside.append(t)
+            elif text.startswith('"') and set(text[1:]) <= set("]} \n\t"):
+                ends.append(t)
             elif text.startswith('"') and set(text[1:]) <= set("]},: \n\t"):
-                inside.append(t)
-        _CLOSERS[key] = (outside, inside)
+                more.append(t)
+        _CLOSERS[key] = (outside, ends, more)
     return _CLOSERS[key]
 
 
@@ -106,13 +112,15 @@ class Grammar:
         return best
 
     def close(self, logits: np.ndarray) -> int:
-        """The token that closes the structure soonest: the likeliest allowed closer, else the
-        constrained greedy choice (a key or an enum value the grammar still requires)."""
-        outside, inside = closers(self.piece, self.n_vocab)
-        allowed = [t for t in (inside if self.in_string else outside) if self.allows(t)]
+        """The token that closes the structure soonest: the likeliest allowed closer of the first
+        group that has one, else the constrained greedy choice (a key or an enum value the
+        grammar still requires)."""
+        outside, ends, more = closers(self.piece, self.n_vocab)
         self.closed = True
-        if allowed:
-            return max(allowed, key=lambda t: (logits[t], -t))  # ties: the lowest id
+        for group in ((ends, more) if self.in_string else (outside,)):
+            allowed = [t for t in group if self.allows(t)]
+            if allowed:
+                return max(allowed, key=lambda t: (logits[t], -t))  # ties: the lowest id
         return self.greedy(logits)
 
     def accept(self, token: int) -> None:
