@@ -8,6 +8,9 @@
 # verify differ from plain decoding (measured: up to 0.7 on SmolLM2), which breaks
 # the lossless guarantee at near-ties. Add GPU flags through CMAKE_ARGS as usual,
 # e.g. CMAKE_ARGS="-DGGML_CUDA=on" bash scripts/setup.sh
+# FLASHDESK_PORTABLE=1 builds llama.cpp for other people's computers (GGML_NATIVE=OFF: ggml's
+# AVX2/FMA/F16C baseline instead of this CPU's every instruction, which would crash older
+# CPUs with "illegal instruction"): the Linux package ships it, and the tests run on it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -17,11 +20,19 @@ LLAMA_VERSION=0.3.36
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 
-flags="-DGGML_LLAMAFILE=OFF${CMAKE_ARGS:+ $CMAKE_ARGS}"
+flags="-DGGML_LLAMAFILE=OFF${FLASHDESK_PORTABLE:+ -DGGML_NATIVE=OFF}${CMAKE_ARGS:+ $CMAKE_ARGS}"
 house="${FLASHDESK_WHEELHOUSE:-$HOME/.cache/flashdesk-wheels}/$(printf '%s' "$flags" | sha256sum | cut -c1-12)"
 if ! compgen -G "$house/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
   echo "Building llama.cpp (llama-cpp-python $LLAMA_VERSION, $flags): about 5 minutes on 2 cores ..."
   CMAKE_ARGS="$flags" "${PIP[@]}" wheel --no-cache-dir --no-deps "llama-cpp-python==$LLAMA_VERSION" -w "$house"
 fi
-"${PIP[@]}" install --find-links "$house" "llama-cpp-python==$LLAMA_VERSION"
+# A venv that holds a build with other flags gets this one (pip would keep any 0.3.36).
+stamp=.venv/llama-cpp-flags
+reinstall=()
+if .venv/bin/python -c 'import importlib.metadata as m; m.version("llama-cpp-python")' 2>/dev/null \
+    && [ "$(cat "$stamp" 2>/dev/null)" != "$flags" ]; then
+  reinstall=(--force-reinstall --no-deps)
+fi
+"${PIP[@]}" install ${reinstall[@]+"${reinstall[@]}"} --find-links "$house" "llama-cpp-python==$LLAMA_VERSION"
+printf '%s\n' "$flags" > "$stamp"
 "${PIP[@]}" install -e ".${1:+[$1]}"

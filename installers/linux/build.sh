@@ -7,7 +7,8 @@
 # (PyInstaller, one folder) · package (dist/flashdesk-<version>-linux-x86_64.tar.gz) · smoke
 # (start the built program headless on loopback, wait for /health, one chat completion
 # through the openai client, clean stop). Signing does not apply to a Linux tarball.
-# GPU builds: CMAKE_ARGS="-DGGML_CUDA=on" (passed through to scripts/setup.sh).
+# llama.cpp is built portable (FLASHDESK_PORTABLE: GGML_NATIVE=OFF, for CPUs other than the build
+# machine's). GPU builds: CMAKE_ARGS="-DGGML_CUDA=on" (passed through to scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -17,7 +18,8 @@ WORK=${FLASHDESK_BUILD:-$ROOT/build/pyinstaller}
 CACHE=${FLASHDESK_BUILD_CACHE:-$HOME/.cache/flashdesk-build}
 
 setup() {
-  bash scripts/setup.sh bundle  # builds llama-cpp-python (once per flag set) and flashdesk's native library
+  # builds llama-cpp-python (once per flag set) and flashdesk's native library
+  FLASHDESK_PORTABLE=1 bash scripts/setup.sh bundle
 }
 
 model() {
