@@ -42,6 +42,14 @@ def language() -> str:
         import ctypes
 
         names.append(locale.windows_locale.get(ctypes.windll.kernel32.GetUserDefaultUILanguage(), ""))
+    elif sys.platform == "darwin":  # an app started from the Finder has no LANG: ask the system
+        import subprocess
+
+        try:
+            names.append(subprocess.run(["defaults", "read", "-g", "AppleLocale"], capture_output=True,
+                                        text=True, timeout=5).stdout.strip())  # e.g. zh-Hant_TW, zh_TW
+        except (OSError, subprocess.SubprocessError):
+            pass
     names.append(locale.getlocale()[0] or "")
     name = next((n for n in names if n), "").replace("-", "_").lower()
     return "zh-TW" if name.startswith(("zh_tw", "zh_hk", "zh_mo", "zh_hant", "chinese (traditional)")) else "en"
