@@ -318,6 +318,12 @@ class Engine:
             return None
         if s.presence_penalty or s.frequency_penalty:
             return None  # penalties depend on every accepted token: those requests decode plainly
+        if s.seed is not None and not s.greedy and p.mode == "auto":
+            # Speculative sampling draws its uniforms per verify block (spec/accept.py), so the
+            # tokens a seed yields would depend on the drafts and on the chooser's per-step,
+            # timing-based choices, not on the seed alone. A seeded request that leaves the mode
+            # to us decodes plainly, where the same seed draws the same tokens.
+            return None
         # A fixed block drafts B-1 every step; otherwise the chooser picks T (or plain) per step.
         curve = None if p.block else self._cost_curve(slot.seq_id)
         drafter = self.drafters[mode]
