@@ -105,11 +105,16 @@ def cuda_runtime_major(folder: Path) -> int | None:
     return None
 
 
+def builds(package: Path) -> tuple[str, ...]:
+    """The builds the llama_cpp package folder `package` ships."""
+    return ("cpu", "cuda") if (package / CUDA_FOLDER).is_dir() else ("cpu",)
+
+
 def choose(package: Path, environ: Mapping[str, str], driver: Callable[[], CudaDriver] = cuda_driver) -> LlamaBuild:
     """The build to load from the llama_cpp package folder `package`. `driver` is only asked
     when there is a CUDA build to choose."""
     cpu, cuda = package / CPU_FOLDER, package / CUDA_FOLDER
-    available = ("cpu", "cuda") if cuda.is_dir() else ("cpu",)
+    available = builds(package)
     if environ.get("LLAMA_CPP_LIB_PATH"):
         return LlamaBuild("custom", Path(environ["LLAMA_CPP_LIB_PATH"]), "user_choice", available)
     wanted = environ.get("FLASHDESK_LLAMA_BUILD", "").strip().lower()
@@ -189,12 +194,11 @@ def select(environ: MutableMapping[str, str] = os.environ) -> LlamaBuild:
     if package is None:  # no llama_cpp at all: importing the engine will say so
         _chosen = LlamaBuild("cpu", Path(CPU_FOLDER), "only_build", ("cpu",))
         return _chosen
-    available = ("cpu", "cuda") if (package / CUDA_FOLDER).is_dir() else ("cpu",)
     loaded = sys.modules.get("llama_cpp.llama_cpp")
     if loaded is not None:  # too late to choose: report what it loaded
         folder = Path(getattr(loaded, "_base_path", package / CPU_FOLDER))
         name = {package / CPU_FOLDER: "cpu", package / CUDA_FOLDER: "cuda"}.get(folder, "custom")
-        _chosen = LlamaBuild(name, folder, "already_loaded", available)
+        _chosen = LlamaBuild(name, folder, "already_loaded", builds(package))
         return _chosen
     _chosen = resolve(package, environ)
     if _chosen.folder != package / CPU_FOLDER:

@@ -201,6 +201,24 @@ def dev_prompts() -> list[dict]:
     ]
 
 
+def start_app(cmd: list[str], env: dict[str, str] | None = None,
+              ready: bool = True) -> tuple[subprocess.Popen, str, list[str]]:
+    """`flashdesk app` (from source or a built program: `cmd`, with `env` added) until it says
+    where it runs and, with `ready`, until its model is loaded: (process, url, console lines)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=None if env is None else {**os.environ, **env})
+    lines: list[str] = []
+    while not lines or lines[-1] and "running at" not in lines[-1]:
+        lines.append(proc.stdout.readline())
+    if not lines[-1]:
+        proc.kill()
+        raise AssertionError(f"the app exited early: {''.join(lines)}")
+    url = lines[-1].split("running at ", 1)[1].split()[0]
+    if ready:
+        wait_ready(url.rstrip("/"))
+    return proc, url, lines
+
+
 @pytest.fixture(scope="session")
 def display():
     """A private X display (Xvfb) for the app's window."""

@@ -9,13 +9,12 @@ import signal
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import ROOT, test_home as cache_home  # renamed: pytest would collect a test_* name
+from conftest import ROOT, start_app, test_home as cache_home  # renamed: pytest would collect a test_* name
 from engine.llama_build import cuda_driver
 
 
@@ -81,18 +80,7 @@ def test_the_bundle_builds_and_passes_the_smoke_test(tmp_path, store, display):
 
 def start(program: Path, home: Path, **env) -> tuple[subprocess.Popen, str, list[str]]:
     """The built program as a double-click starts it (plus --no-browser), once its model is ready."""
-    proc = subprocess.Popen([str(program), "--home", str(home), "--no-browser", "--port", "0"],
-                            env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    while not lines or lines[-1] and "running at" not in lines[-1]:
-        lines.append(proc.stdout.readline())
-    assert lines[-1], f"the app exited early: {''.join(lines)}"
-    url = lines[-1].split("running at ", 1)[1].split()[0]
-    deadline = time.time() + 120
-    while httpx.get(f"{url}health").status_code != 200:
-        assert time.time() < deadline, "the model never became ready"
-        time.sleep(0.2)
-    return proc, url, lines
+    return start_app([str(program), "--home", str(home), "--no-browser", "--port", "0"], env)
 
 
 def stop(proc: subprocess.Popen, lines: list[str]) -> None:

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
-import time
 import zipfile
 
 import httpx
 import openai
 import pytest
 
-from conftest import ROOT, linked_home
+from conftest import ROOT, linked_home, start_app
 from server.doctor import report, write_bundle
 from server.launcher import PREFERRED_PORT, bind_loopback
 
@@ -25,22 +23,10 @@ from server.launcher import PREFERRED_PORT, bind_loopback
 def test_app_serves_logs_and_stops_cleanly(tmp_path, store, stop):
     """The smoke test the installers' CI runs on the built bundle, here on the source tree."""
     home = linked_home(tmp_path / "home", store)
-    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "--home", str(home), "app", "--no-browser",
-                             "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc, url, lines = start_app([sys.executable, "-m", "server.cli", "--home", str(home), "app", "--no-browser",
+                                  "--port", "0"])
     try:
-        lines, url = [], None
-        deadline = time.time() + 120
-        while url is None and time.time() < deadline:
-            line = proc.stdout.readline()
-            assert line, f"the app exited early: {''.join(lines)}"
-            lines.append(line)
-            m = re.search(r"running at (http://127\.0\.0\.1:\d+/)", line)
-            url = m.group(1) if m else None
-        assert url, "".join(lines)
         assert "Running on the CPU" in lines[0]  # the hardware, in words, before anything else
-        while httpx.get(f"{url}health").status_code != 200:
-            assert time.time() < deadline, "the model never became ready"
-            time.sleep(0.2)
         assert "<title>flashdesk</title>" in httpx.get(url).text  # the page the browser opens
         client = openai.OpenAI(base_url=f"{url}v1", api_key="unused", max_retries=0, timeout=120)
         answer = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi"}],

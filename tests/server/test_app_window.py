@@ -5,17 +5,14 @@ the model twice."""
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
 import subprocess
 import sys
 import time
 
-import httpx
 import pytest
 
-from conftest import ROOT, linked_home
+from conftest import ROOT, linked_home, start_app
 from server.app_window import AppWindow, language, strings, unavailable
 from server.launcher import INSTANCE_FILE, running_instance
 
@@ -76,35 +73,12 @@ def test_the_window_closes_when_the_server_stops_by_itself(on_display, tmp_path)
     assert not stopped
 
 
-def start_app(home, *extra, env=None):
-    return subprocess.Popen([sys.executable, "-m", "server.cli", "--home", str(home), "app", "--no-browser",
-                             "--port", "0", *extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env)
-
-
-def read_url(proc, lines) -> str:
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        assert line, f"the app exited early: {''.join(lines)}"
-        lines.append(line)
-        m = re.search(r"running at (http://127\.0\.0\.1:\d+/)", line)
-        if m:
-            return m.group(1)
-    raise AssertionError("".join(lines))
-
-
 def test_the_app_keeps_a_window_and_a_second_start_opens_the_first(on_display, tmp_path, store):
     home = linked_home(tmp_path / "home", store)
-    proc = start_app(home, env={**os.environ, "DISPLAY": on_display})
+    proc, url, lines = start_app([sys.executable, "-m", "server.cli", "--home", str(home), "app", "--no-browser",
+                                  "--port", "0"], env={"DISPLAY": on_display})
     try:
-        lines = []
-        url = read_url(proc, lines)
         assert "quit from its window" in lines[-1]  # the window showed (else: "No window (...)")
-        deadline = time.time() + 120
-        while httpx.get(f"{url}health").status_code != 200:
-            assert time.time() < deadline, "the model never became ready"
-            time.sleep(0.2)
         assert json.loads((home / INSTANCE_FILE).read_text())["url"] == url
         assert running_instance(home) == url
         assert running_instance(tmp_path / "elsewhere") is None
