@@ -1,7 +1,7 @@
 """Greedy invariance over every dev prompt: speculative output == plain output, token for token.
 
 The CI tests check a slice of the dev set (tests/spec); this sweep runs all of
-../shared/eval/prompts-dev.jsonl through every selector and block length, one and four
+tests/data/prompts-dev.jsonl through every selector and block length, one and four
 sequences at a time, against plain decoding of the same engine. The draft is random
 unless --draft names a trained one, so acceptance is low and every step exercises
 drafting, injection, selection, partial acceptance and rollback. Writes JSON to --out

@@ -94,7 +94,7 @@ def load_prompts(path: Path, n: int) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", help="target GGUF (default: the test store's SmolLM2)")
-    ap.add_argument("--prompts", default=str(ROOT.parent / "shared" / "eval" / "prompts-dev.jsonl"))
+    ap.add_argument("--prompts", default=str(ROOT / "tests" / "data" / "prompts-dev.jsonl"))
     ap.add_argument("--n", type=int, default=6, help="prompts (round robin over categories)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)

@@ -1,6 +1,6 @@
 """Work-order extraction scorer: model outputs against the `expected` objects of the dev set.
 
-Implements "How to score" of ../shared/eval/README.md section 2: JSON validity, schema
+Implements "How to score" of tests/data/README.md section 2: JSON validity, schema
 validity (draft 2020-12, format checking on), per-field accuracy with the README's
 normalisations, one-to-one item pairing, notes presence, the needs_review confusion
 matrix, and the same numbers split by language (zh: the message has CJK characters; en).
@@ -29,7 +29,7 @@ Scoring rules beyond the README, fixed here so runs compare:
   is the JSON value true, so an invalid output is "not flagged" (fn or tn) there, while
   the needs_review accuracy counts it wrong.
 
-References: ../shared/eval/README.md (section 2), ../shared/eval/workorder.schema.json.
+References: tests/data/README.md (section 2), tests/data/workorder.schema.json.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from pathlib import Path
 from jsonschema import Draft202012Validator
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CASES = ROOT.parent / "shared" / "eval" / "workorders-dev.jsonl"
-DEFAULT_SCHEMA = ROOT.parent / "shared" / "eval" / "workorder.schema.json"
+DEFAULT_CASES = ROOT / "tests" / "data" / "workorders-dev.jsonl"  # the project's dev set, kept in the repository
+DEFAULT_SCHEMA = ROOT / "tests" / "data" / "workorder.schema.json"
 
 EXACT_FIELDS = ("order_type", "priority", "delivery_method", "needs_review", "due_date")
 CASE_FIELDS = ("customer_name", "contact") + EXACT_FIELDS + ("item_count",)
@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     for p in (args.outputs, args.cases, args.schema):
         if not p.is_file():
-            ap.error(f"{p} not found. HINT: the dev set lives in ../shared/eval/ next to the repo; "
+            ap.error(f"{p} not found. HINT: the dev set lives in tests/data/; "
                      "pass --cases and --schema to use another copy")
     cases = read_jsonl(args.cases)
     by_id = {}

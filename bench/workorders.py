@@ -6,8 +6,8 @@ greedy, review) on the dev cases, without HTTP. For each case the modes run back
 write exactly plain decoding's tokens. Reports, per mode: decode tok/s (median of cases),
 the ratio to plain (median of per-case decode-time ratios: same tokens, so time ratio =
 speed ratio), the end-to-end ratio (prefill included), tau; and from the plain run:
-JSON/schema validity and per-field accuracy (bench/workorder_score.py, against the shared
-workorder.schema.json). Writes JSON to bench/out/workorders.json.
+JSON/schema validity and per-field accuracy (bench/workorder_score.py, against
+tests/data/workorder.schema.json). Writes JSON to bench/out/workorders.json.
 
     .venv/bin/python bench/workorders.py [--modes off,lookup,dflash,auto] [--limit 24] [--threads 2]
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from conftest import test_home  # noqa: E402
+from conftest import EVAL_DATA, test_home  # noqa: E402
 
 from bench.workorder_score import format_report, score  # noqa: E402
 from engine import Completion, Engine, EngineConfig, RequestHandle  # noqa: E402
@@ -34,13 +34,11 @@ from engine.store import ModelStore, no_progress  # noqa: E402
 from server.workorders import extract  # noqa: E402
 from server.workorders.templates import TemplateStore, load_file  # noqa: E402
 
-EVAL = ROOT.parent / "shared" / "eval"
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cases", default=str(EVAL / "workorders-dev.jsonl"))
-    ap.add_argument("--schema", default=str(EVAL / "workorder.schema.json"), help="the schema the scorer checks")
+    ap.add_argument("--cases", default=str(EVAL_DATA / "workorders-dev.jsonl"))
+    ap.add_argument("--schema", default=str(EVAL_DATA / "workorder.schema.json"), help="the schema the scorer checks")
     ap.add_argument("--template", default="work_order", help="a template name, or a template file to try")
     ap.add_argument("--modes", default="off,lookup,dflash,auto")
     ap.add_argument("--limit", type=int, default=0, help="first N cases only")

@@ -10,7 +10,7 @@ trade (print, garment, metal, sign, packaging, wood), the slot values, the messa
 and Chinese), and sometimes add a system prompt or a canned earlier turn. The word lists
 and templates live in `prompt_words.json` next to this file. What it is not: the answers
 (the target writes them, in draft_training/data.py) or any model code; the evaluation
-prompts (shared/eval) are never used here.
+prompts (tests/data) are never used here.
 
 Every prompt is `{"id", "category", "lang", "messages"}` with OpenAI-style messages; the
 last message is the user's. The same seed gives the same prompts on every machine (one

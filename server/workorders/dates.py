@@ -2,7 +2,7 @@
 
 `find_dates(message, sent)` lists every date mention (English, Traditional Chinese, mixed) with
 its character span and resolved date; `due_date(message, sent)` picks the due date by the
-conventions of the `due_date` field in shared/eval/workorder.schema.json:
+conventions of the `due_date` field in tests/data/workorder.schema.json:
 today/今天 = sent; tomorrow/明天 = +1; day after tomorrow/後天 = +2; in/within N days, N天內/後 = +N
 (a week = 7); a bare weekday (Friday, Fri, 週五, 星期五, 禮拜五) = the first such day AFTER sent;
 this <weekday>/這週X/本週X = that day of the sent Monday-to-Sunday week; next <weekday>/下週X =

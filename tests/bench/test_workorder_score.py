@@ -1,7 +1,7 @@
 """bench/workorder_score.py without a model: the expected objects score 100%, and a set of
 deliberately broken outputs scores exactly what the rules in the module header say.
 
-References: ../shared/eval/README.md section 2 ("How to score").
+References: tests/data/README.md section 2 ("How to score").
 """
 
 from __future__ import annotations
@@ -14,14 +14,8 @@ import pytest
 from bench.workorder_score import (DEFAULT_CASES, DEFAULT_SCHEMA, ITEM_FIELDS, dice, format_report, main,
                                    norm_contact, norm_name, norm_unit, pair_items, score)
 
-needs_dev_set = pytest.mark.skipif(not (DEFAULT_CASES.is_file() and DEFAULT_SCHEMA.is_file()),
-                                   reason="../shared/eval dev set not present")
-
-
 @pytest.fixture(scope="module")
 def schema() -> dict:
-    if not DEFAULT_SCHEMA.is_file():
-        pytest.skip("../shared/eval/workorder.schema.json not present")
     return json.loads(DEFAULT_SCHEMA.read_text("utf-8"))
 
 
@@ -79,7 +73,6 @@ def test_the_expected_objects_score_100_percent(schema):
     assert all(not r["errors"] for r in rep["per_case"])
 
 
-@needs_dev_set
 def test_the_dev_set_scores_100_percent_as_objects_and_as_text(schema):
     cases = [json.loads(line) for line in DEFAULT_CASES.read_text("utf-8").splitlines() if line.strip()]
     for outputs in ([c["expected"] for c in cases], [json.dumps(c["expected"], ensure_ascii=False) for c in cases]):

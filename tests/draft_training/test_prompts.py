@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import EVAL_DATA
 from draft_training import prompts
 from draft_training.prompts import CATEGORIES, DOC_CHUNK_CHARS, MIX, builtin_prompts, file_prompts
 
-EVAL = Path(__file__).resolve().parents[2].parent / "shared" / "eval"
 SLOT = re.compile(r"\{[a-z_]+[0-9]*\}")  # a slot left unfilled
 
 
@@ -89,12 +89,11 @@ def test_every_slot_a_template_names_can_be_filled():
                 assert ok, (lang, name, text[:80])
 
 
-@pytest.mark.skipif(not (EVAL / "prompts-dev.jsonl").exists(), reason="no shared/eval here")
 def test_dev_prompts_stay_unseen():
     """No dev text is generated, and no 30-character (12 for Chinese) piece of one either."""
     dev = []
     for name in ("prompts-dev.jsonl", "workorders-dev.jsonl"):
-        for line in (EVAL / name).read_text("utf-8").splitlines():
+        for line in (EVAL_DATA / name).read_text("utf-8").splitlines():
             obj = json.loads(line)
             dev += [m["content"] for m in obj.get("messages", [])] + ([obj["text"]] if "text" in obj else [])
     grams = {n: set() for n in (12, 30)}

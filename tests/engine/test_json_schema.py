@@ -9,13 +9,13 @@ import dataclasses
 import json
 import random
 import re
-from pathlib import Path
 
 import llama_cpp
 import pytest
 from gguf import GGUFWriter
 from llama_cpp.llama_grammar import PRIMITIVE_RULES, STRING_FORMAT_RULES, json_schema_to_gbnf
 
+from conftest import EVAL_DATA
 from engine.errors import InvalidRequest
 from engine.json_schema import PARAM, compile_response_format
 from engine.json_schema_rules import IMPLIED_PATTERNS, MAX_INT, integer_gbnf
@@ -529,7 +529,6 @@ def test_each_implied_pattern_matches_every_string_of_its_format(vocab, fmt, rul
 
 # --- the product's own schema -------------------------------------------------------------------
 
-EVAL = Path(__file__).parents[3] / "shared/eval"
 
 
 def _grammar_order(value, node: dict, root: dict):
@@ -546,11 +545,10 @@ def _grammar_order(value, node: dict, root: dict):
     return value
 
 
-@pytest.mark.skipif(not (EVAL / "workorder.schema.json").exists(), reason="no shared/eval/workorder.schema.json")
 def test_the_work_order_schema_allows_every_expected_answer(vocab):
-    schema = json.loads((EVAL / "workorder.schema.json").read_text("utf-8"))
+    schema = json.loads((EVAL_DATA / "workorder.schema.json").read_text("utf-8"))
     c = compile_response_format(js(schema))
-    answers = [json.loads(line)["expected"] for line in (EVAL / "workorders-dev.jsonl").read_text("utf-8").splitlines()
+    answers = [json.loads(line)["expected"] for line in (EVAL_DATA / "workorders-dev.jsonl").read_text("utf-8").splitlines()
                if line.strip()]
     assert answers
     for answer in answers:

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from pathlib import Path
 
 import pytest
 
+from conftest import EVAL_DATA
 from server.workorders.dates import due_date, find_dates
 
 WED = dt.date(2026, 3, 4)  # a Wednesday; its Monday-to-Sunday week is 2026-03-02 .. 2026-03-08
 SUN = dt.date(2026, 3, 8)  # the last day of that week
-DEV = Path(__file__).resolve().parents[3] / "shared" / "eval" / "workorders-dev.jsonl"
+DEV = EVAL_DATA / "workorders-dev.jsonl"
 DEV_FLOOR = 0.95  # 24/24 when written; one miss is allowed, two mean a rule broke
 
 
@@ -216,7 +216,6 @@ def test_spans_and_kinds():
     assert all(message[m.start:m.end] == m.text for m in mentions)
 
 
-@pytest.mark.skipif(not DEV.exists(), reason=f"{DEV} is not here")
 def test_dev_work_orders_accuracy_floor():
     cases = [json.loads(line) for line in DEV.read_text(encoding="utf-8").splitlines() if line.strip()]
     misses = []

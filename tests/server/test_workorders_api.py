@@ -15,9 +15,9 @@ import httpx
 import jsonschema
 import pytest
 
-from conftest import ServerProcess, wait_ready
+from conftest import EVAL_DATA, ServerProcess, wait_ready
 
-SHARED_SCHEMA = Path(__file__).resolve().parents[3] / "shared" / "eval" / "workorder.schema.json"
+WORKORDER_SCHEMA = EVAL_DATA / "workorder.schema.json"
 ORDER = ("Walk-in: Lin's Bakery (Mr Lin, 0912-345-678) wants 500 A5 flyers, full colour, 150gsm gloss. "
          "Pick up Friday.")
 SMALL = {"type": "object", "properties": {"customer": {"type": ["string", "null"], "maxLength": 60},
@@ -60,9 +60,8 @@ def order(srv):
 def test_a_work_order_parses_to_valid_json(order):
     assert order["object"] == "workorder.parse" and order["template"] == "work_order"
     assert order["finish_reason"] == "stop" and order["valid"] is True and order["errors"] == []
-    if SHARED_SCHEMA.is_file():
-        schema = json.loads(SHARED_SCHEMA.read_text("utf-8"))
-        jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(order["result"])
+    schema = json.loads(WORKORDER_SCHEMA.read_text("utf-8"))
+    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(order["result"])
     assert isinstance(order["needs_review"], bool) and isinstance(order["review_reasons"], list)
     assert order["needs_review"] == bool(order["review_reasons"])
     assert order["usage"]["timings"]["decode_ms"] > 0 and order["usage"]["completion_tokens"] > 10
