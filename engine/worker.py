@@ -29,7 +29,7 @@ from .model import Model, ModelInfo, batch_invariant_build
 from .request import Completion, GenerationRequest, RequestHandle, StreamEvent
 from .sampling import SamplingParams, TargetDistribution
 from .slot import Slot
-from .spec.chooser import CostCurve
+from .spec.chooser import CostCurve, CurveMeasurement
 from .spec.dflash import DFlashDrafter
 from .spec.drafter import Drafter
 from .spec.lookup import PromptLookupDrafter
@@ -76,8 +76,8 @@ class Engine:
         if config.draft:
             self._load_draft(config.draft)
         self._stepper = Stepper(self.ctx)
-        self._curve: CostCurve | None = None
         self._auto_requests = 0
+        self._t_measure: float | None = None  # when the cost-curve measurement started
         self.totals: collections.Counter = collections.Counter()  # (metric, label) -> count
         # Speculation is only lossless when verify rows compute exactly like single tokens:
         # measured once here, before the worker starts (the context is free).
@@ -87,6 +87,14 @@ class Engine:
         else:
             self.spec_exact, self.spec_exact_why = verify_is_exact(self.ctx)
         self.spec_enabled = self.spec_exact or config.spec_inexact
+        # The chooser needs this machine's verify-cost curve: from the cache beside the model, else
+        # measured by the worker while it is idle (requests that come first decode plainly).
+        self._curve = CostCurve.load(config.cost_cache, config.n_threads) if config.cost_cache else None
+        self._measuring = (CurveMeasurement(self.ctx, config.n_threads, seq_id=self.ctx.n_seq - 1)
+                           if self.spec_enabled and self._curve is None else None)
+        self.curve_ready = threading.Event()  # set once the chooser can speculate
+        if self._curve is not None:
+            self.curve_ready.set()
         if not self.spec_exact:
             log.warning("speculative decoding would not be bit-identical to plain decoding here: %s %s",
                         self.spec_exact_why, "It runs anyway (allowed by spec_inexact)." if self.spec_enabled
@@ -206,6 +214,12 @@ class Engine:
             t[("spec_drafted", mode)] += u.speculation["drafted"]
             t[("spec_accepted", mode)] += u.speculation["accepted"]
 
+    @property
+    def cost_curve(self) -> str:
+        """"ready"; "measuring" (while idle; the chooser's requests decode plainly meanwhile); or
+        "none" (speculation is off here, or the measurement failed)."""
+        return "ready" if self._curve is not None else "measuring" if self._measuring is not None else "none"
+
     def stats(self) -> dict:
         busy = sum(s.busy for s in self._slots)
         return {"active": busy, "queued": self._queue.qsize() + len(self._waiting), "slots": len(self._slots)}
@@ -238,6 +252,8 @@ class Engine:
                         for slot in self._slots:
                             if slot.busy:
                                 self._finish(slot, StreamEvent(error=GenerationFailed(f"engine error: {e}")))
+                elif self._measuring is not None and self._queue.empty():
+                    self._measure_step()
         finally:
             stopped = EngineStopped("the engine stopped before this request finished")
             for slot in self._slots:
@@ -263,7 +279,7 @@ class Engine:
     def _admit(self) -> None:
         """Move queued requests into free slots; block only when there is nothing to do."""
         waiting = self._waiting
-        idle = not any(s.busy for s in self._slots) and not waiting
+        idle = not any(s.busy for s in self._slots) and not waiting and self._measuring is None
         try:
             while True:
                 r = self._queue.get(block=idle)
@@ -273,6 +289,8 @@ class Engine:
                 waiting.append(r)
         except queue.Empty:
             pass
+        if waiting and self._measuring is not None:
+            self._measuring.pause()  # requests first: the measurement goes on when the engine is idle again
         while waiting:
             free = [s for s in self._slots if not s.busy]
             if not free:
@@ -309,12 +327,16 @@ class Engine:
         """How this request speculates, or None for plain decoding."""
         p = req.speculative
         mode = self.config.spec_mode if p.mode == "auto" else p.mode
+        if mode == "off" or not self.spec_enabled:
+            return None
+        if not p.block and self._curve is None:
+            return None  # the chooser has no cost curve yet (being measured while idle): plain until then
         if mode == "auto":
-            mode = self._auto_drafter(slot.seq_id)
+            mode = self._auto_drafter()
             if prefix.costs_reuse(slot, req.prompt_tokens, self.drafters.get(mode)):
                 mode = "lookup"  # re-decoding a long shared prompt would cost more than the draft earns
         s = req.sampling
-        if mode == "off" or mode not in self.drafters or not self.spec_enabled:
+        if mode not in self.drafters:
             return None
         if s.presence_penalty or s.frequency_penalty:
             return None  # penalties depend on every accepted token: those requests decode plainly
@@ -325,7 +347,7 @@ class Engine:
             # to us decodes plainly, where the same seed draws the same tokens.
             return None
         # A fixed block drafts B-1 every step; otherwise the chooser picks T (or plain) per step.
-        curve = None if p.block else self._cost_curve(slot.seq_id)
+        curve = None if p.block else self._curve
         drafter = self.drafters[mode]
         selector = (p.selector or self.config.selector) if mode == "dflash" else None
         info = getattr(drafter, "info", None)  # a DFlash draft cannot draft past its block_size
@@ -333,7 +355,7 @@ class Engine:
         dist = None if s.greedy else TargetDistribution(s, self.model.n_vocab)
         return SpecState(p, drafter, block, self.n_ctx, curve, selector, self.records[mode], dist=dist, seed=s.seed)
 
-    def _auto_drafter(self, free_seq: int) -> str:
+    def _auto_drafter(self) -> str:
         """The drafter auto mode uses for the next request: the DFlash draft, unless its record
         shows it useless (random, mismatched) or, after EXPLORE_TRIALS tries, no faster than
         plain decoding on this machine's cost curve (a lossless draft whose verify costs more
@@ -343,19 +365,34 @@ class Engine:
         rec = self.records.get("dflash")
         if rec is None or rec.useless():
             return "lookup"
-        if rec.trials[0] < EXPLORE_TRIALS:
+        curve = self._curve
+        if rec.trials[0] < EXPLORE_TRIALS or curve is None:  # None: a fixed block, asked before the curve
             return "dflash"
-        curve = self._cost_curve(free_seq)
         if rec.speed(curve) > 1.0 / curve.cost(1):
             return "dflash"
         self._auto_requests += 1
         return "dflash" if self._auto_requests % REFRESH == 0 else "lookup"
 
-    def _cost_curve(self, free_seq: int) -> CostCurve:
-        if self._curve is None:  # measured once, on a sequence that is free right now
-            prefix.drop(self._slots[free_seq], self.ctx)
-            self._curve = CostCurve.cached(self.ctx, self.config.n_threads, self.config.cost_cache, free_seq)
-        return self._curve
+    def _measure_step(self) -> None:
+        """One decode of the cost-curve measurement (only while no request runs or waits)."""
+        m = self._measuring
+        if not m.primed:
+            prefix.drop(self._slots[m.seq_id], self.ctx)  # whatever that sequence kept: it is measured on
+            if self._t_measure is None:
+                self._t_measure = time.perf_counter()
+        try:
+            curve = m.step()
+        except Exception:  # a failed decode: speculation needs the curve, so it stays off (with the reason logged)
+            log.exception("could not measure the verify-cost curve; speculative decoding with the chooser stays off")
+            self._measuring = None
+            return
+        if curve is not None:
+            self._curve, self._measuring = curve, None
+            if self.config.cost_cache:
+                curve.save(self.config.cost_cache)
+            self.curve_ready.set()
+            log.info("measured this machine's verify-cost curve, %.1f s after it began (c(1) %.1f ms, c(8) %.1f ms)",
+                     time.perf_counter() - self._t_measure, curve.cost(1), curve.cost(8))
 
     def _commit(self, slot: Slot, tokens: list[int]) -> None:
         """Append this step's tokens in order; the first end condition discards the rest."""

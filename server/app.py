@@ -79,7 +79,8 @@ def create_app(settings: Settings, loader: Loader = load_engine) -> FastAPI:
             body |= {"model": rt.model.name, "engine": eng.stats(), "n_ctx": eng.n_ctx,
                      "speculation": {"drafters": sorted(eng.drafters), "default": eng.config.spec_mode,
                                      "exact": eng.spec_exact, "exact_why": eng.spec_exact_why,
-                                     "enabled": eng.spec_enabled, "draft_error": eng.draft_error}}
+                                     "enabled": eng.spec_enabled, "draft_error": eng.draft_error,
+                                     "cost_curve": eng.cost_curve}}
         if rt.error:
             body["error"] = rt.error
         return JSONResponse(body, status_code=200 if rt.status == "ready" else 503)

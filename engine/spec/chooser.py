@@ -9,8 +9,8 @@ speculation only runs where it is expected to pay. When plain wins, a cheap prob
 `probe_every` steps keeps the estimates alive (content changes: a quote starts, code
 repeats).
 
-`CostCurve.measure` times the target on this machine once per (model, threads) and the
-result is cached as JSON beside the model.
+The engine measures the curve (CurveMeasurement) while it is idle, once per (model,
+threads): the result is cached as JSON beside the model.
 """
 
 from __future__ import annotations
@@ -36,54 +36,78 @@ class CostCurve:
         return self.verify_ms[min(max(rows, 1), len(self.verify_ms) - 1)]
 
     @classmethod
-    def measure(cls, ctx: Context, n_threads: int, seq_id: int = 0, context_tokens: int = 256,
-                reps: int = 3) -> "CostCurve":
-        """Time decodes of 1..MAX_ROWS rows after `context_tokens` of history on a free sequence
-        (fewer when the sequence's context is small: history plus rows must fit in it)."""
-        context_tokens = max(1, min(context_tokens, ctx.n_ctx_seq - MAX_ROWS))
-        batch = ctx.batch
-        filler = [ctx.model.bos_id if ctx.model.bos_id >= 0 else 0] * context_tokens
+    def load(cls, path: str | os.PathLike, n_threads: int) -> "CostCurve | None":
+        """The curve measured earlier for this thread count (None: none, or another count)."""
+        try:
+            data = json.loads(Path(path).read_text("utf-8"))
+            if data.get("n_threads") == n_threads and len(data.get("verify_ms", [])) == MAX_ROWS + 1:
+                return cls(**data)
+        except (OSError, ValueError, TypeError):
+            pass
+        return None
+
+    def save(self, path: str | os.PathLike) -> None:
+        try:
+            Path(path).write_text(json.dumps(asdict(self), indent=1), "utf-8")
+        except OSError:
+            pass  # a read-only store: measure again next time
+
+
+class CurveMeasurement:
+    """A CostCurve measured one decode at a time, so that the engine can measure while it is idle
+    and still serve a request the moment it arrives (a fresh install's first chat must not wait
+    seconds for it). Each `step()` is one decode of at most MAX_ROWS rows, so a request waits at
+    most about c(MAX_ROWS); the last step returns the curve. `pause()` gives the sequence back to
+    the engine: the filler history is removed and decoded again later, the timings so far are kept.
+
+    The timed decodes run after `context_tokens` of history on a free sequence (fewer when the
+    sequence's context is small: history plus rows must fit in it)."""
+
+    def __init__(self, ctx: Context, n_threads: int, seq_id: int, context_tokens: int = 256, reps: int = 3):
+        self.ctx, self.n_threads, self.seq_id, self.reps = ctx, n_threads, seq_id, reps
+        self.context_tokens = max(1, min(context_tokens, ctx.n_ctx_seq - MAX_ROWS))
+        self.filler = ctx.model.bos_id if ctx.model.bos_id >= 0 else 0
+        self.times: list[list[float]] = [[] for _ in range(MAX_ROWS + 1)]  # [MAX_ROWS + 1][<= reps] ms
+        self.history = 0  # filler tokens in the sequence's cache so far
+
+    @property
+    def primed(self) -> bool:
+        return self.history > 0
+
+    def step(self) -> CostCurve | None:
+        ctx, batch, n = self.ctx, self.ctx.batch, self.context_tokens
         try:
             batch.clear()
-            for i, tok in enumerate(filler):
-                batch.add(tok, i, seq_id, logits=False)
+            if self.history < n:  # the history first, MAX_ROWS tokens per step
+                for i in range(self.history, min(self.history + MAX_ROWS, n)):
+                    batch.add(self.filler, i, self.seq_id, logits=False)
+                ctx.decode(batch)
+                self.history += batch.n
+                return None
+            k = next(k for k in range(1, MAX_ROWS + 1) if len(self.times[k]) < self.reps)
+            for j in range(k):
+                batch.add(self.filler, n + j, self.seq_id, logits=True)
+            t0 = time.perf_counter()
             ctx.decode(batch)
-            curve = [0.0]
-            for k in range(1, MAX_ROWS + 1):
-                times = []
-                for _ in range(reps):
-                    batch.clear()
-                    for j in range(k):
-                        batch.add(filler[0], context_tokens + j, seq_id, logits=True)
-                    t0 = time.perf_counter()
-                    ctx.decode(batch)
-                    times.append((time.perf_counter() - t0) * 1000.0)
-                    ctx.forget(seq_id, context_tokens)
-                # the fastest of the repeats: other processes only ever add time
-                curve.append(min(times))
+            self.times[k].append((time.perf_counter() - t0) * 1000.0)
+            ctx.forget(self.seq_id, n)
+        except BaseException:
+            self.pause()
+            raise
         finally:
-            ctx.forget(seq_id)
             batch.clear()
+        if len(self.times[MAX_ROWS]) < self.reps:
+            return None
+        self.pause()
+        curve = [0.0] + [min(t) for t in self.times[1:]]  # the fastest repeat: other processes only add time
         for k in range(2, len(curve)):  # more rows never cost less: smooth the noise away
             curve[k] = max(curve[k], curve[k - 1])
-        return cls(curve, n_threads, context_tokens)
+        return CostCurve(curve, self.n_threads, n)
 
-    @classmethod
-    def cached(cls, ctx: Context, n_threads: int, path: str | os.PathLike | None, seq_id: int = 0) -> "CostCurve":
-        if path is not None:
-            try:
-                data = json.loads(Path(path).read_text("utf-8"))
-                if data.get("n_threads") == n_threads and len(data.get("verify_ms", [])) == MAX_ROWS + 1:
-                    return cls(**data)
-            except (OSError, ValueError, TypeError):
-                pass
-        curve = cls.measure(ctx, n_threads, seq_id)
-        if path is not None:
-            try:
-                Path(path).write_text(json.dumps(asdict(curve), indent=1), "utf-8")
-            except OSError:
-                pass  # a read-only store: measure again next time
-        return curve
+    def pause(self) -> None:
+        if self.history:
+            self.ctx.forget(self.seq_id)
+            self.history = 0
 
 
 def expected_committed(rates: list[float], t: int) -> float:

@@ -31,6 +31,7 @@ def chat(eng, question: str, history: list[dict] | None = None) -> str:
 def eng(model_path):
     e = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=2, n_threads=2, draft=str(DRAFT)))
     assert "dflash" in e.drafters, e.draft_error
+    assert e.curve_ready.wait(120), "the verify-cost curve was not measured"  # auto mode needs it
     yield e
     e.close()
 

@@ -63,6 +63,7 @@ def cases() -> list[tuple[str, str, list[dict]]]:
 def spec_engine(model_path):
     eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2, draft=str(DRAFT)))
     assert "dflash" in eng.drafters, eng.draft_error
+    assert eng.curve_ready.wait(120), "the verify-cost curve was not measured"  # auto mode needs it
     yield eng
     eng.close()
 

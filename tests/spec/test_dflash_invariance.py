@@ -24,6 +24,7 @@ def draft_engine(tmp_path_factory, model_path):
     write_random_draft(draft, model_path, seed=3)
     eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2, draft=str(draft)))
     assert "dflash" in eng.drafters, eng.draft_error
+    assert eng.curve_ready.wait(120), "the verify-cost curve was not measured"  # auto mode needs it
     yield eng
     eng.close()
 

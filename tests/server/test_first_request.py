@@ -1,0 +1,59 @@
+"""The first chat of a fresh install does not wait for the verify-cost measurement (issue 16).
+
+A fresh install has no measured cost curve beside its model. The server is ready as soon as
+the model is loaded; the engine measures the curve while it is idle, a chat that comes first
+decodes plainly at once (it used to spend ~4 s of its "prefill" measuring), the same answer
+comes out either way, and once the curve is kept beside the model, requests speculate.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import openai
+
+from conftest import ServerProcess, linked_home
+
+CHAT = [{"role": "user", "content": "Repeat exactly: 300 tote bags, natural canvas, logo front, due Monday."}]
+
+
+def health(srv) -> dict:
+    return httpx.get(f"{srv.base}/health", timeout=5).json()
+
+
+def test_the_first_chat_of_a_fresh_install_decodes_at_once(tmp_path, store):
+    home = linked_home(tmp_path / "home", store)
+    folder = home / "models" / "smollm2"
+    for kept in folder.glob("verify-cost-*.json"):
+        kept.unlink()  # as after `flashdesk pull`: nothing measured on this machine yet
+    srv = ServerProcess(home)
+    try:
+        deadline = time.time() + 300
+        while (h := _try(srv)) is None or h.get("status") != "ready":
+            assert time.time() < deadline and srv.proc.poll() is None, srv.log_tail()
+            time.sleep(0.05)
+        assert h["speculation"]["cost_curve"] == "measuring" and "dflash" in h["speculation"]["drafters"]
+
+        client = openai.OpenAI(base_url=f"{srv.base}/v1", api_key="unused", max_retries=0, timeout=120)
+        kw = dict(model="smollm2", messages=CHAT, temperature=0, max_tokens=32)
+        first = client.chat.completions.create(**kw)
+        assert first.choices[0].message.content
+        assert getattr(first.usage, "speculation", None) is None  # plain: the chooser has no curve yet
+
+        while health(srv)["speculation"]["cost_curve"] != "ready":
+            assert time.time() < deadline, srv.log_tail()
+            time.sleep(0.2)
+        assert list(folder.glob("verify-cost-*.json")), "the measured curve is kept beside the model"
+        second = client.chat.completions.create(**kw)
+        assert second.choices[0].message.content == first.choices[0].message.content
+        assert second.usage.speculation["mode"] in ("dflash", "lookup")
+    finally:
+        srv.stop()
+
+
+def _try(srv) -> dict | None:
+    try:
+        return health(srv)
+    except httpx.HTTPError:
+        return None
