@@ -1,4 +1,4 @@
-"""The bundled program's entry point: `flashdesk` with no arguments is `flashdesk app`.
+"""The bundled program's entry point: the `flashdesk` command (with no arguments, `flashdesk app`).
 
 A frozen program has no `python -m`: flashdesk runs some llama.cpp loads in a child
 process (`sys.executable -m engine.probe FILE`, so a crash on a hostile file costs
@@ -18,11 +18,7 @@ def main() -> int:
         return 0
     from server.cli import main as cli
 
-    head = args[:2] if args[:1] == ["--home"] else []  # the one option that comes before a command
-    rest = args[len(head):]
-    if not rest or rest[0].startswith("-") and rest[0] not in ("-h", "--help", "--version"):
-        rest = ["app", *rest]  # a double-click, or `flashdesk --port 9000`
-    return cli(head + rest)
+    return cli(args)  # no arguments: `flashdesk app`, as for the pip-installed command
 
 
 if __name__ == "__main__":

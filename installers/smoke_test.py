@@ -1,14 +1,20 @@
 """Smoke-test a built flashdesk program: start it headless on loopback in an empty home,
-wait for /health, one chat completion through the `openai` client, then a clean stop.
+wait for /health, check that it is whole (the page, the built-in work-order templates, the
+default model's shipped DFlash draft paired), one chat completion through the `openai`
+client, then a clean stop.
 
     python installers/smoke_test.py dist/flashdesk/flashdesk
+    python installers/smoke_test.py venv/bin/flashdesk --home DIR --no-window   # a pip-installed one
 
-The same steps on every OS (the CI matrix runs it after each build). Exit status 0 when
-all passed; the program's own output is printed on failure.
+The same steps on every OS (the CI matrix runs it after each build). `--home` uses a home
+that already holds the model (a pip install has none to install offline); other arguments go
+to the program. Exit status 0 when all passed; the program's own output is printed on failure.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import signal
 import subprocess
@@ -50,11 +56,17 @@ def ctrl_c(proc: subprocess.Popen) -> None:
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
 
-def main(program: str) -> int:
-    with tempfile.TemporaryDirectory(prefix="flashdesk-smoke-") as home:
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def main(program: str, home: str | None = None, app_args: list[str] = ()) -> int:
+    with tempfile.TemporaryDirectory(prefix="flashdesk-smoke-") as empty:
+        home = home or empty
         # Windows: its own (hidden) console, so that a Ctrl+C can reach it alone (see ctrl_c).
         extra = {"creationflags": subprocess.CREATE_NEW_CONSOLE, "startupinfo": _hidden()} if sys.platform == "win32" else {}
-        proc = subprocess.Popen([program, "--home", home, "--no-browser", "--port", "0"],
+        proc = subprocess.Popen([program, "--home", home, "--no-browser", "--port", "0", *app_args],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **extra)
         lines: list[str] = []
         try:
@@ -79,6 +91,10 @@ def main(program: str) -> int:
                 time.sleep(0.5)
             with urllib.request.urlopen(url, timeout=5) as r:
                 assert b"<title>flashdesk</title>" in r.read(), "the page is not served"
+            templates = {t["name"] for t in get_json(f"{url}v1/workorders/templates")["data"]}
+            assert {"work_order", "quote_request", "complaint"} <= templates, f"built-in templates: {templates}"
+            health = get_json(f"{url}health")
+            assert "dflash" in health["speculation"]["drafters"], f"no DFlash draft paired: {health}"
             import openai
 
             client = openai.OpenAI(base_url=f"{url}v1", api_key="unused", max_retries=0, timeout=120)
@@ -102,4 +118,8 @@ def main(program: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    ap = argparse.ArgumentParser(description="Smoke-test a built flashdesk program.")
+    ap.add_argument("program")
+    ap.add_argument("--home", help="a home that already holds the model (default: a new, empty one)")
+    args, app_args = ap.parse_known_args()
+    sys.exit(main(args.program, args.home, app_args))

@@ -17,6 +17,7 @@ PYTHON=${PYTHON:-python3}
 LLAMA_VERSION=0.3.36
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
   || { echo "flashdesk needs Python 3.10 or newer (found: $("$PYTHON" --version))" >&2; exit 1; }
+PYTHON="$PYTHON" bash scripts/system-packages.sh build  # cmake, g++ and venv, where apt-get can add them
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 
@@ -35,4 +36,5 @@ if .venv/bin/python -c 'import importlib.metadata as m; m.version("llama-cpp-pyt
 fi
 "${PIP[@]}" install ${reinstall[@]+"${reinstall[@]}"} --find-links "$house" "llama-cpp-python==$LLAMA_VERSION"
 printf '%s\n' "$flags" > "$stamp"
+printf '%s\n' "$house" > .venv/llama-cpp-wheelhouse  # where that wheel is: the clean-install test reuses it
 "${PIP[@]}" install -e ".${1:+[$1]}"

@@ -178,8 +178,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def with_default_command(argv: list[str]) -> list[str]:
+    """`flashdesk` alone is `flashdesk app` (a double-click; `flashdesk --port 9000` too)."""
+    head = argv[:2] if argv[:1] == ["--home"] else []  # the one option that comes before a command
+    rest = argv[len(head):]
+    if not rest or rest[0].startswith("-") and rest[0] not in ("-h", "--help", "--version"):
+        rest = ["app", *rest]
+    return head + rest
+
+
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
+    a = parser().parse_args(with_default_command(sys.argv[1:] if argv is None else list(argv)))
     logging.basicConfig(level=logging.INFO if getattr(a, "verbose", False) else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -23,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.request
 import webbrowser
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
@@ -116,13 +117,13 @@ def running_instance(home: Path) -> str | None:
     """The address of a flashdesk app already serving this home (a second double-click), or None.
     <home>/app.json names it; a stale file (after a crash) names a port where no flashdesk of
     this home answers, and is ignored."""
-    import httpx
-
     try:
         url = json.loads((home / INSTANCE_FILE).read_text("utf-8"))["url"]
-        r = httpx.get(f"{url}v1/system", timeout=2)
-        return url if r.status_code == 200 and Path(r.json().get("home", "")) == home else None
-    except (OSError, ValueError, KeyError, TypeError, httpx.HTTPError):
+        if not url.startswith("http://127.0.0.1:"):  # only ever a loopback address this app wrote
+            return None
+        with urllib.request.urlopen(f"{url}v1/system", timeout=2) as r:  # an error status raises (OSError)
+            return url if Path(json.loads(r.read()).get("home", "")) == home else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

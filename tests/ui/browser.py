@@ -9,6 +9,7 @@ Screenshots go to test-artifacts/ui/ (git-ignored) for a person to look at.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -16,7 +17,9 @@ import pytest
 
 from conftest import ROOT, serving
 
-CHROMIUM = os.environ.get("FLASHDESK_CHROMIUM", "/usr/bin/chromium")
+# Debian's chromium; where there is none (Ubuntu's apt has only a snap launcher) Playwright's own
+# build, which scripts/test.sh fetches; FLASHDESK_TEST_CHROMIUM names another binary.
+CHROMIUM = os.environ.get("FLASHDESK_TEST_CHROMIUM") or shutil.which("chromium")
 # What DESIGN.md §8 found works with no network beyond loopback (Playwright adds a fresh profile).
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -38,12 +41,14 @@ def ui_server(ui_home):
 
 @pytest.fixture(scope="session")
 def browser():
-    if not Path(CHROMIUM).is_file():
-        pytest.fail(f"no chromium at {CHROMIUM}. HINT: apt-get install chromium (or set FLASHDESK_CHROMIUM)")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import Error, sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)  # None: Playwright's own chromium
+        except Error as e:
+            pytest.fail(f"no browser to test with ({e}). HINT: apt-get install chromium, or "
+                        ".venv/bin/python -m playwright install chromium (or set FLASHDESK_TEST_CHROMIUM)")
         yield b
         b.close()
 
