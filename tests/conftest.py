@@ -90,12 +90,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def settled(health: httpx.Response, want: int = 200) -> bool:
-    """/health answered `want`; a ready server has also finished measuring its verify-cost curve
-    (until then its chooser's requests decode plainly: tests/server/test_first_request.py)."""
+def settled(health: httpx.Response, want: int = 200, measured: bool = True) -> bool:
+    """/health answered `want`; with `measured`, a ready server has also finished measuring its
+    verify-cost curve (until then its chooser's requests decode plainly: test_first_request.py)."""
     if health.status_code != want:
         return False
-    return want != 200 or (health.json().get("speculation") or {}).get("cost_curve") != "measuring"
+    return not measured or want != 200 or (health.json().get("speculation") or {}).get("cost_curve") != "measuring"
 
 
 def wait_ready(base: str, timeout: float = 120.0, want: int = 200) -> None:
@@ -123,15 +123,16 @@ class ServerProcess:
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
                                      env=None if env is None else {**os.environ, **env})
 
-    def wait_ready(self, timeout: float = 300.0) -> None:
+    def wait_ready(self, timeout: float = 300.0, measured: bool = True) -> None:
         """Like wait_ready(), but a server that exits fails at once, and either failure shows its log.
-        The long timeout is for a busy machine: a load takes ~5 s alone, far longer beside heavy jobs."""
+        The long timeout is for a busy machine: a load takes ~5 s alone, far longer beside heavy jobs.
+        `measured=False`: ready as soon as the model is loaded, as a user sees it."""
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the server exited ({self.proc.returncode}): {self.log_tail()}")
             try:
-                if settled(httpx.get(f"{self.base}/health", timeout=2)):
+                if settled(httpx.get(f"{self.base}/health", timeout=2), measured=measured):
                     return
             except httpx.HTTPError:
                 pass

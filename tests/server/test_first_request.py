@@ -8,8 +8,6 @@ comes out either way, and once the curve is kept beside the model, requests spec
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import openai
 
@@ -29,10 +27,8 @@ def test_the_first_chat_of_a_fresh_install_decodes_at_once(tmp_path, store):
         kept.unlink()  # as after `flashdesk pull`: nothing measured on this machine yet
     srv = ServerProcess(home)
     try:
-        deadline = time.time() + 300
-        while (h := _try(srv)) is None or h.get("status") != "ready":
-            assert time.time() < deadline and srv.proc.poll() is None, srv.log_tail()
-            time.sleep(0.05)
+        srv.wait_ready(measured=False)  # the model is loaded: what a user waits for
+        h = health(srv)
         assert h["speculation"]["cost_curve"] == "measuring" and "dflash" in h["speculation"]["drafters"]
 
         client = openai.OpenAI(base_url=f"{srv.base}/v1", api_key="unused", max_retries=0, timeout=120)
@@ -41,9 +37,7 @@ def test_the_first_chat_of_a_fresh_install_decodes_at_once(tmp_path, store):
         assert first.choices[0].message.content
         assert getattr(first.usage, "speculation", None) is None  # plain: the chooser has no curve yet
 
-        while health(srv)["speculation"]["cost_curve"] != "ready":
-            assert time.time() < deadline, srv.log_tail()
-            time.sleep(0.2)
+        srv.wait_ready()  # and now the measurement is done too
         assert list(folder.glob("verify-cost-*.json")), "the measured curve is kept beside the model"
         second = client.chat.completions.create(**kw)
         assert second.choices[0].message.content == first.choices[0].message.content
@@ -51,9 +45,3 @@ def test_the_first_chat_of_a_fresh_install_decodes_at_once(tmp_path, store):
     finally:
         srv.stop()
 
-
-def _try(srv) -> dict | None:
-    try:
-        return health(srv)
-    except httpx.HTTPError:
-        return None
