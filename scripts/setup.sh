@@ -21,7 +21,15 @@ PYTHON="$PYTHON" bash scripts/system-packages.sh build  # cmake, g++ and venv, w
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 
-flags="-DGGML_LLAMAFILE=OFF${FLASHDESK_PORTABLE:+ -DGGML_NATIVE=OFF}${CMAKE_ARGS:+ $CMAKE_ARGS}"
+# A native x86-64 build leaves ggml's AMX kernels out: on a CPU that has AMX (Xeon Sapphire Rapids
+# and newer) -march=native turns them on, and the pinned llama.cpp then crashes in
+# ggml_backend_amx_mul_mat on the first decode (seen on this project's 2-core Xeon; llama.cpp
+# issue 20824). Explicit -mno-* flags win over -march=native whatever their order.
+no_amx=""
+if [ -z "${FLASHDESK_PORTABLE:-}" ] && [ "$(uname -m)" = x86_64 ]; then
+  no_amx=" -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'"
+fi
+flags="-DGGML_LLAMAFILE=OFF${FLASHDESK_PORTABLE:+ -DGGML_NATIVE=OFF}${no_amx}${CMAKE_ARGS:+ $CMAKE_ARGS}"
 house="${FLASHDESK_WHEELHOUSE:-$HOME/.cache/flashdesk-wheels}/$(printf '%s' "$flags" | sha256sum | cut -c1-12)"
 if ! compgen -G "$house/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
   echo "Building llama.cpp (llama-cpp-python $LLAMA_VERSION, $flags): about 5 minutes on 2 cores ..."
