@@ -10,6 +10,6 @@ bash scripts/system-packages.sh test
 FLASHDESK_PORTABLE=1 bash scripts/setup.sh test,train,bundle
 # Where apt has no real chromium (Ubuntu ships a snap launcher), the browser tests use Playwright's own.
 if [ -z "${FLASHDESK_TEST_CHROMIUM:-}" ] && ! command -v chromium >/dev/null; then
-  .venv/bin/python -m playwright install chromium
+  .venv/bin/python -m playwright install --with-deps chromium  # the browser and the libraries it needs (apt)
 fi
 exec .venv/bin/python -m pytest "$@"
