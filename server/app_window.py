@@ -105,24 +105,30 @@ class AppWindow:
 
     def run(self, server_running: Callable[[], bool], stop: Callable[[], None]) -> None:
         """Until Quit (then `stop()` and wait for the server) or until the server ends by itself
-        (Ctrl+C in the console, SIGTERM). Polls so Python's signal handlers get to run."""
-        stopping = False
+        (Ctrl+C in the console, SIGTERM). Polls so Python's signal handlers get to run.
 
-        def poll():
-            nonlocal stopping
-            if self.quit_requested and not stopping:
-                stopping = True
-                self.heading.configure(text=self.words["stopping"])
-                self.open_button.state(["disabled"])
-                self.quit_button.state(["disabled"])
-                stop()
-            if not server_running():
-                self.root.destroy()
-                return
-            self.root.after(POLL_MS, poll)
+        Leaves no reference cycle behind (a method polls, not a closure that names itself): the
+        window and its Tcl interpreter are freed when the caller lets go of them, on this thread.
+        Left to the cyclic garbage collector, they could be freed on the server's thread while it
+        shuts down, and Tcl aborts the whole process ("async handler deleted by the wrong thread")."""
+        self._running, self._stop, self._stopping = server_running, stop, False
+        self.root.after(POLL_MS, self._poll)
+        try:
+            self.root.mainloop()
+        finally:
+            self._running = self._stop = None
 
-        self.root.after(POLL_MS, poll)
-        self.root.mainloop()
+    def _poll(self) -> None:
+        if self.quit_requested and not self._stopping:
+            self._stopping = True
+            self.heading.configure(text=self.words["stopping"])
+            self.open_button.state(["disabled"])
+            self.quit_button.state(["disabled"])
+            self._stop()
+        if not self._running():
+            self.root.destroy()
+            return
+        self.root.after(POLL_MS, self._poll)
 
 
 def hide_own_console() -> None:

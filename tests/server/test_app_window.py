@@ -4,11 +4,13 @@ the model twice."""
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import subprocess
 import sys
 import time
+import weakref
 
 import pytest
 
@@ -71,6 +73,23 @@ def test_the_window_closes_when_the_server_stops_by_itself(on_display, tmp_path)
     win.root.after(200, lambda: running.__setitem__(0, False))  # Ctrl+C in the console, SIGTERM
     win.run(lambda: running[0], lambda: stopped.append(1))
     assert not stopped
+
+
+def test_the_window_is_freed_on_its_own_thread(on_display, tmp_path):
+    """Once closed and let go, the window and its Tcl interpreter are gone at once, on the thread
+    that made them. Left to the cyclic garbage collector, they could be freed on the server's
+    thread while it shuts down, and Tcl aborts the process (it did, in the test run of issue 16)."""
+    gc.disable()
+    try:
+        win = AppWindow("http://127.0.0.1:8080/", "x", tmp_path / "f.log", "en")
+        running = [True]
+        win.root.after(100, lambda: running.__setitem__(0, False))
+        win.run(lambda: running[0], lambda: None)
+        root = weakref.ref(win.root)
+        del win
+        assert root() is None, "a reference cycle keeps the Tk window for the garbage collector"
+    finally:
+        gc.enable()
 
 
 def test_the_app_keeps_a_window_and_a_second_start_opens_the_first(on_display, tmp_path, store):
