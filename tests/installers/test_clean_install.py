@@ -117,12 +117,9 @@ def test_a_clean_install_pulls_diagnoses_and_serves_without_the_checkout(tmp_pat
         return subprocess.run([str(venv / "bin" / "flashdesk"), "--home", str(home), *args], cwd=elsewhere,
                               env=env, capture_output=True, text=True, timeout=timeout)
 
-    def python(code: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=elsewhere, env=env,
-                              capture_output=True, text=True, timeout=300)
-
     # Every module loads with the core dependencies alone; the trainer's need only [train]'s packages.
-    r = python(IMPORT_ALL)
+    r = subprocess.run([str(venv / "bin" / "python"), "-c", IMPORT_ALL, TRAIN_ONLY, *SHIPPED], cwd=elsewhere,
+                       env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     loaded = json.loads(r.stdout)
     assert loaded["failed"] == {} and loaded["needs_train"] and set(loaded["needs_train"].values()) <= {"torch", "matplotlib"}
@@ -150,18 +147,19 @@ def test_a_clean_install_pulls_diagnoses_and_serves_without_the_checkout(tmp_pat
     assert "smoke test passed" in smoke.stdout
 
 
-# Imports every module of the installed packages; prints where `server` came from, what failed,
-# and which trainer modules need an extra's package.
+# Imports every module of the installed packages (argv: the trainer's package, then all of them);
+# prints where `server` came from, what failed, and which trainer modules need an extra's package.
 IMPORT_ALL = """
-import importlib, json, pkgutil
+import importlib, json, pkgutil, sys
+train_only, shipped = sys.argv[1], sys.argv[2:]
 failed, needs_train = {}, {}
-for top in ("engine", "server", "gguf_tools", "draft_training"):
+for top in shipped:
     pkg = importlib.import_module(top)
     for m in pkgutil.walk_packages(pkg.__path__, top + "."):
         try:
             importlib.import_module(m.name)
         except ModuleNotFoundError as e:
-            (needs_train if top == "draft_training" else failed)[m.name] = e.name
+            (needs_train if top == train_only else failed)[m.name] = e.name
         except Exception as e:
             failed[m.name] = repr(e)
 import server
