@@ -2,7 +2,7 @@
 
 The Linux package ships a portable build (GGML_NATIVE=OFF: an AVX2 baseline) where a build
 for this very CPU could use more (AVX-512 here). Each measurement is a fresh process that
-loads one build (LLAMA_CPP_LIB_PATH, engine/llama_build.py) and the model, warms up, then
+loads one build (LLAMA_CPP_LIB_PATH, engine/llama/build.py) and the model, warms up, then
 times prompt processing (prefill) and plain greedy decoding on the dev prompts. Builds are
 alternated A B A B; medians and the B/A ratios are printed and written to bench/out/builds.json.
 
@@ -32,7 +32,7 @@ import json, sys, time
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
 from conftest import dev_prompts
 from engine import Engine, EngineConfig, SamplingParams
-from engine.spec.params import SpecParams
+from engine.speculative.params import SpecParams
 import llama_cpp
 
 eng = Engine.load(sys.argv[2], EngineConfig(n_ctx=2048, n_threads=2))
@@ -66,7 +66,7 @@ def main() -> None:
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     from conftest import test_home
 
-    from engine.llama_build import package_folder
+    from engine.llama.build import package_folder
     from engine.store import ModelStore, no_progress
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -1,6 +1,6 @@
 """Greedy invariance over every dev prompt: speculative output == plain output, token for token.
 
-The CI tests check a slice of the dev set (tests/spec); this sweep runs all of
+The CI tests check a slice of the dev set (tests/engine/speculative); this sweep runs all of
 tests/data/prompts-dev.jsonl through every selector and block length, one and four
 sequences at a time, against plain decoding of the same engine. The draft is random
 unless --draft names a trained one, so acceptance is low and every step exercises
@@ -24,7 +24,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from conftest import dev_prompts, test_home  # noqa: E402
 
 from engine import Completion, Engine, EngineConfig, SamplingParams  # noqa: E402
-from engine.spec.params import SpecParams  # noqa: E402
+from engine.speculative.params import SpecParams  # noqa: E402
 from engine.store import ModelStore, no_progress  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)

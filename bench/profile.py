@@ -30,10 +30,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
-from engine.context import Context, ContextConfig  # noqa: E402
-from engine.model import Model  # noqa: E402
-from engine.spec.params import SpecParams  # noqa: E402
-from engine.spec.verify import target_logits  # noqa: E402
+from engine.llama.context import Context, ContextConfig  # noqa: E402
+from engine.llama.model import Model  # noqa: E402
+from engine.speculative.params import SpecParams  # noqa: E402
+from engine.speculative.verify import target_logits  # noqa: E402
 from gguf_tools.dflash_draft import write_random_draft  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)

@@ -30,7 +30,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the packages, then the test h
 from conftest import dev_prompts, test_home  # noqa: E402
 
 from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
-from engine.spec.params import SpecParams  # noqa: E402
+from engine.speculative.params import SpecParams  # noqa: E402
 from engine.store import ModelStore, no_progress  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)

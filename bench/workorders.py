@@ -29,7 +29,7 @@ from conftest import EVAL_DATA, test_home  # noqa: E402
 
 from bench.workorder_score import format_report, score  # noqa: E402
 from engine import Completion, Engine, EngineConfig, RequestHandle  # noqa: E402
-from engine.spec.params import SpecParams  # noqa: E402
+from engine.speculative.params import SpecParams  # noqa: E402
 from engine.store import ModelStore, no_progress  # noqa: E402
 from server.workorders import extract  # noqa: E402
 from server.workorders.templates import TemplateStore, load_file  # noqa: E402

@@ -32,11 +32,11 @@ import llama_cpp
 import numpy as np
 
 from engine import native
-from engine.chat import ChatTemplate
-from engine.context import Context, ContextConfig
-from engine.model import Model
-from engine.spec import llama_ext as ext
-from engine.spec.dflash import CAPTURE_ARCHS
+from engine.llama.chat_template import ChatTemplate
+from engine.llama.context import Context, ContextConfig
+from engine.llama.model import Model
+from engine.llama import ext
+from engine.speculative.drafters.dflash import CAPTURE_ARCHS
 
 MANIFEST = "manifest.json"
 FORMAT = 1

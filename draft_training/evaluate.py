@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from engine import Engine, EngineConfig, SamplingParams
-from engine.spec.params import SpecParams
+from engine.speculative.params import SpecParams
 
 from .loss import SELECTORS
 

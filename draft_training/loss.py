@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from engine.spec.select import select
+from engine.speculative.select import select
 
 from .model import DFlashDraft
 

@@ -8,7 +8,7 @@ Knows nothing of HTTP. Typical use:
     eng.close()
 """
 
-from .llama_build import select as _select_llama_build
+from .llama.build import select as _select_llama_build
 
 _select_llama_build()  # before any module below imports llama_cpp: which build it loads (CPU or CUDA)
 

@@ -7,7 +7,7 @@ device, so `describe` says both, plus a `reason` code a UI can translate:
   no_gpu_build   this llama.cpp was built for the CPU only
   gpu_not_found  built with GPU support, but the backend found no device (driver missing?)
 or, where the package ships a CUDA build beside the CPU one and the CPU one was chosen
-(engine/llama_build.py), why: driver_missing, driver_too_old, no_cuda_device, cuda_load_failed.
+(engine/llama/build.py), why: driver_missing, driver_too_old, no_cuda_device, cuda_load_failed.
 llama-cpp-python 0.3.36 does not bind ggml's device registry, so the few ggml_backend_*
 calls needed are declared here with ctypes on the libggml of the build this process loaded
 (llama_cpp._ggml would always load llama_cpp/lib's, the CPU build's where there are two).
@@ -23,7 +23,7 @@ import sys
 
 import llama_cpp
 
-from .llama_build import FALLBACK_REASONS, LlamaBuild, select
+from .llama.build import FALLBACK_REASONS, LlamaBuild, select
 
 log = logging.getLogger("flashdesk.engine")
 

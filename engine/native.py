@@ -4,7 +4,7 @@ install time and shipped as the `flashdesk_native` package) through ctypes.
 Every C prototype is written above its binding. Callers use the Python wrappers,
 never ctypes directly: the wrappers check dtypes, contiguity and shapes before any
 pointer crosses into C, and turn a bad status into a `NativeCallError`. Not
-llama.cpp: its staging functions are bound in `engine/spec/llama_ext.py`.
+llama.cpp: its staging functions are bound in `engine/llama/ext.py`.
 
 A lattice is either a NumPy array of the block's rows `[B, stride] float32` (row 0 =
 the anchor slot) or a `RawLattice`: the draft's output buffer as llama.cpp hands it

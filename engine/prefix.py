@@ -15,7 +15,7 @@ copies (llama_memory_seq_cp) yet.
 
 from __future__ import annotations
 
-from .context import Context
+from .llama.context import Context
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

@@ -32,7 +32,7 @@ def probe(path: str, timeout: float = 300.0) -> dict:
 
 
 def _main(path: str) -> int:
-    from .model import Model
+    from .llama.model import Model
 
     try:
         model = Model(path, n_gpu_layers=0)

@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 from .errors import EngineError
 from .sampling import SamplingParams
-from .spec.params import SpecParams
+from .speculative.params import SpecParams
 
 _ids = itertools.count(1)
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 
-from .grammar import Grammar
-from .model import Model
+from .llama.grammar import Grammar
+from .llama.model import Model
 from .request import GenerationRequest, StreamEvent, Usage
 from .sampling import Sampler
-from .spec.state import SpecState
+from .speculative.state import SpecState
 from .text import TextStream
 
 

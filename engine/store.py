@@ -204,8 +204,8 @@ class ModelStore:
     def pair(self, name: str, draft: str | os.PathLike, *,
              progress: ProgressFactory = tqdm_progress, source: str = "user") -> InstalledModel:
         """Check that `draft` is a DFlash 2 draft this model can use, then copy it beside the model."""
-        from .model import Model  # loading the target is needed to check the draft against it
-        from .spec.dflash import inspect_draft
+        from .llama.model import Model  # loading the target is needed to check the draft against it
+        from .speculative.drafters.dflash import inspect_draft
 
         m = self.get(name)
         src = Path(draft).expanduser()

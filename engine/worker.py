@@ -21,22 +21,22 @@ import time
 from dataclasses import dataclass
 
 from . import prefix
-from .chat import ChatTemplate
-from .context import Context, ContextConfig
+from .llama.chat_template import ChatTemplate
+from .llama.context import Context, ContextConfig
 from .errors import ContextLengthExceeded, EngineError, EngineStopped, GenerationFailed, InvalidRequest
-from .grammar import Grammar
-from .model import Model, ModelInfo, batch_invariant_build
+from .llama.grammar import Grammar
+from .llama.model import Model, ModelInfo, batch_invariant_build
 from .request import Completion, GenerationRequest, RequestHandle, StreamEvent
 from .sampling import SamplingParams, TargetDistribution
 from .slot import Slot
-from .spec.chooser import CostCurve, CurveMeasurement
-from .spec.dflash import DFlashDrafter
-from .spec.drafter import Drafter
-from .spec.lookup import PromptLookupDrafter
-from .spec.loop import Stepper
-from .spec.params import MAX_BLOCK, SpecParams
-from .spec.state import DrafterRecord, SpecState
-from .spec.verify import verify_is_exact
+from .speculative.chooser import CostCurve, CurveMeasurement
+from .speculative.drafters.dflash import DFlashDrafter
+from .speculative.drafters.base import Drafter
+from .speculative.drafters.lookup import PromptLookupDrafter
+from .speculative.loop import Stepper
+from .speculative.params import MAX_BLOCK, SpecParams
+from .speculative.state import DrafterRecord, SpecState
+from .speculative.verify import verify_is_exact
 
 log = logging.getLogger("flashdesk.engine")
 EXPLORE_TRIALS = 16  # auto mode judges a DFlash draft once its record holds this many first-position trials
@@ -341,7 +341,7 @@ class Engine:
         if s.presence_penalty or s.frequency_penalty:
             return None  # penalties depend on every accepted token: those requests decode plainly
         if s.seed is not None and not s.greedy and p.mode == "auto":
-            # Speculative sampling draws its uniforms per verify block (spec/accept.py), so the
+            # Speculative sampling draws its uniforms per verify block (speculative/accept.py), so the
             # tokens a seed yields would depend on the drafts and on the chooser's per-step,
             # timing-based choices, not on the seed alone. A seeded request that leaves the mode
             # to us decodes plainly, where the same seed draws the same tokens.

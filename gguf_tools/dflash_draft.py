@@ -9,7 +9,7 @@ writer. The target's tokenizer metadata (`tokenizer.ggml.*`) is copied verbatim;
 (unless a reduced vocabulary ships its own `output.weight` with a `d2t` map).
 
 Not a converter from Hugging Face checkpoints and not a validator of foreign drafts
-(the engine's `engine/spec/dflash.py` checks drafts before loading them).
+(the engine's `engine/speculative/drafters/dflash.py` checks drafts before loading them).
 
 Conventions read from the vendored llama.cpp (`src/models/dflash.cpp`,
 `src/llama-arch.cpp`, `conversion/qwen.py`):

@@ -8,7 +8,7 @@ draft with the model. `format_report` turns the dict into a short block of text.
 The file is validated by `check_gguf` first (every count, size and offset bounds-checked),
 so a broken file raises GGUFFormatError before anything here trusts it. Nothing is loaded
 into llama.cpp: this module must stay importable without llama_cpp or the engine.
-Not a validator of drafts against a target (engine/spec/dflash.py does that).
+Not a validator of drafts against a target (engine/speculative/drafters/dflash.py does that).
 """
 
 from __future__ import annotations

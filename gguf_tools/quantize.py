@@ -99,7 +99,7 @@ class _LogTap:
     """llama.cpp's log, watched for the duration of one quantize.
 
     Why a temporary callback and not a hook in the engine's: llama.cpp has one global log
-    callback and the engine (engine/model.py `init_backend`) sets its own on every model
+    callback and the engine (engine/llama/model.py `init_backend`) sets its own on every model
     load. Installing ours for the run only, forwarding error lines (everything when
     verbose) to whichever callback was there, and putting that one back afterwards keeps
     the engine's error capture working and needs no cooperation from it. If someone

@@ -92,7 +92,7 @@ def format_report(r: dict) -> str:
 
 
 def _build_line(b: dict) -> str:
-    """Which of the installation's llama.cpp builds loaded, from where and why (engine/llama_build.py)."""
+    """Which of the installation's llama.cpp builds loaded, from where and why (engine/llama/build.py)."""
     driver = b.get("driver") or {}
     facts = [f"builds here: {', '.join(b['available'])}", f"reason: {b['reason']}"]
     if driver:

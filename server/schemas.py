@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine import GenerationRequest, SamplingParams
-from engine.spec.params import MAX_BLOCK, SpecParams
+from engine.speculative.params import MAX_BLOCK, SpecParams
 
 MAX_STOP = 16
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from engine.llama_build import package_folder
+from engine.llama.build import package_folder
 
 LIB = package_folder() / "lib"
 

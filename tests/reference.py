@@ -7,8 +7,8 @@ import llama_cpp
 import numpy as np
 
 from conftest import TEST_CTX
-from engine.context import Context, ContextConfig
-from engine.model import Model
+from engine.llama.context import Context, ContextConfig
+from engine.llama.model import Model
 
 
 def greedy_reference(model_path: str, prompt: list[int], n: int, grammar: str | None = None) -> list[int]:

@@ -98,7 +98,7 @@ function Step-Bundle {
     #   _internal\llama_cpp\lib\       the CPU build (collected by the spec, collect_dynamic_libs)
     #   _internal\llama_cpp\lib_cuda\  the CUDA build (llama.dll, ggml*.dll, ggml-cuda.dll, mtmd.dll)
     #                                  plus the CUDA runtime DLLs it links
-    # How the app picks one at run time (engine/llama_build.py, called by engine/__init__.py before
+    # How the app picks one at run time (engine/llama/build.py, called by engine/__init__.py before
     # anything imports llama_cpp): when nvcuda.dll loads and reports a GPU and a CUDA version at
     # least the bundled cudart64_<major>.dll's, it preloads lib_cuda\llama.dll with its own folder
     # searched first (LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR) and sets LLAMA_CPP_LIB_PATH (and

@@ -8,7 +8,7 @@
  * global state: every function is reentrant and reproducible.
  *
  * Words as in DESIGN.md section 3. Each entry point has a NumPy reference in
- * engine/spec/reference.py (the spec the tests hold this code to).
+ * tests/native/numpy_reference.py (the specification the tests hold this code to).
  */
 #ifndef FLASHDESK_H
 #define FLASHDESK_H

@@ -12,7 +12,7 @@
  * Speculative Decoding" (2023), Algorithm 1 and Appendix A.1 (the proof that
  * accept-with-min(1, p/q), else draw from norm(max(0, p - q)), yields p);
  * Chen et al., "Accelerating LLM Decoding with Speculative Sampling" (2023).
- * NumPy reference: engine/spec/reference.py.
+ * NumPy reference: tests/native/numpy_reference.py.
  */
 #include "flashdesk.h"
 

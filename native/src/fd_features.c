@@ -5,7 +5,7 @@
  * [n_batch x n_embd] buffer; the draft's injection batch wants, per committed token, the
  * taps side by side ([n_taps * n_embd]). Done in Python this was a third of a millisecond
  * per step (array views, fancy indexing, a concatenate); here it is a few memcpys.
- * What it is not: the injection itself (a llama_decode of the draft, engine/spec/dflash.py).
+ * What it is not: the injection itself (a llama_decode of the draft, engine/speculative/drafters/dflash.py).
  */
 #include "flashdesk.h"
 

@@ -3,7 +3,7 @@
  *
  * Not public API (hidden symbols); the layout is documented in flashdesk.h.
  * All arithmetic is in double, summed in index order, so the NumPy reference
- * (engine/spec/reference.py) can follow the same steps.
+ * (tests/native/numpy_reference.py) can follow the same steps.
  */
 #ifndef FD_LATTICE_H
 #define FD_LATTICE_H

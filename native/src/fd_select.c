@@ -12,7 +12,7 @@
  *
  * Work arrays live on the stack (T, K <= 64: backpointers 4 KiB), so no function
  * allocates. Ties of computed values go to the lowest index, as upstream's
- * std::max_element does; the NumPy reference is engine/spec/reference.py.
+ * std::max_element does; the NumPy reference is tests/native/numpy_reference.py.
  */
 #include "fd_lattice.h"
 

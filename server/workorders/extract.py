@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 
 from engine import Completion, ContextLengthExceeded, Engine, GenerationRequest, InvalidRequest, SamplingParams
-from engine.spec.params import SpecParams
+from engine.speculative.params import SpecParams
 
 from ..openai_format import structured
 from . import dates, prompt

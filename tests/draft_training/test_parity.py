@@ -22,11 +22,11 @@ torch = pytest.importorskip("torch")
 
 from draft_training.model import DFlashDraft  # noqa: E402
 from draft_training.target import read_target_tensors  # noqa: E402
-from engine.context import Context, ContextConfig  # noqa: E402
-from engine.model import Model  # noqa: E402
-from engine.spec import llama_ext as ext  # noqa: E402
-from engine.spec.dflash import DFlashDrafter  # noqa: E402
-from engine.spec.drafter import SeqView  # noqa: E402
+from engine.llama.context import Context, ContextConfig  # noqa: E402
+from engine.llama.model import Model  # noqa: E402
+from engine.llama import ext  # noqa: E402
+from engine.speculative.drafters.dflash import DFlashDrafter  # noqa: E402
+from engine.speculative.drafters.base import SeqView  # noqa: E402
 from gguf_tools.dflash_draft import DraftConfig, random_tensors, write_dflash_draft  # noqa: E402
 
 WIDTH = 8  # anchor + 7 slots

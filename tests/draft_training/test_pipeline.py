@@ -19,11 +19,11 @@ from draft_training.data import CaptureConfig, CaptureRefused, Shards, capture, 
 from draft_training.evaluate import online_eval  # noqa: E402
 from draft_training.train import TrainConfig, Trainer  # noqa: E402
 from engine import native  # noqa: E402
-from engine.chat import ChatTemplate  # noqa: E402
-from engine.context import Context, ContextConfig  # noqa: E402
-from engine.model import Model  # noqa: E402
-from engine.spec import llama_ext as ext  # noqa: E402
-from engine.spec.dflash import inspect_draft  # noqa: E402
+from engine.llama.chat_template import ChatTemplate  # noqa: E402
+from engine.llama.context import Context, ContextConfig  # noqa: E402
+from engine.llama.model import Model  # noqa: E402
+from engine.llama import ext  # noqa: E402
+from engine.speculative.drafters.dflash import inspect_draft  # noqa: E402
 
 TAPS = (2, 9, 15, 21, 28)
 PROMPTS = [{"id": f"p{i}", "messages": [{"role": "user", "content": c}]} for i, c in enumerate([

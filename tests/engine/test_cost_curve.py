@@ -8,7 +8,7 @@ import json
 
 from conftest import TEST_CTX
 from engine import Engine, EngineConfig, SamplingParams
-from engine.spec.chooser import MAX_ROWS, CostCurve
+from engine.speculative.chooser import MAX_ROWS, CostCurve
 
 GREEDY = SamplingParams(temperature=0)
 ORDER = [{"role": "user", "content": "Repeat exactly: 200 mugs, white, logo on both sides, ship to Taichung."}]

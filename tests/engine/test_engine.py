@@ -24,7 +24,7 @@ def test_greedy_matches_argmax_of_a_plain_one_sequence_decode(engine, model_path
     """Tokens from the batched worker == argmax of logits from a fresh single-sequence context."""
     import numpy as np
 
-    from engine.context import Context, ContextConfig
+    from engine.llama.context import Context, ContextConfig
 
     ours = engine.chat(HELLO, sampling=GREEDY, max_tokens=12)
     prompt = engine.tokenize_prompt(engine.render_chat(HELLO))

@@ -1,4 +1,4 @@
-"""Which llama.cpp build loads (engine/llama_build.py): the Windows package ships a CPU and a
+"""Which llama.cpp build loads (engine/llama/build.py): the Windows package ships a CPU and a
 CUDA build and picks at start, saying why. This machine has no NVIDIA driver, so the real
 driver probe answers "none" here; the decisions for the other answers are checked with the
 driver's answer given, and the switching itself with real copies of llama.cpp's libraries."""
@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT
 from engine.hardware import describe
-from engine.llama_build import CudaDriver, LlamaBuild, choose, cuda_driver, cuda_runtime_major, resolve
+from engine.llama.build import CudaDriver, LlamaBuild, choose, cuda_driver, cuda_runtime_major, resolve
 from llama_package import package
 
 def no_probe() -> CudaDriver:

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import TEST_CTX
 from engine import Engine, EngineConfig, SamplingParams
-from engine.spec.params import SpecParams
+from engine.speculative.params import SpecParams
 from reference import greedy_reference
 
 GREEDY = SamplingParams(temperature=0)

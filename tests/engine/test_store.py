@@ -97,7 +97,7 @@ def test_cli_models_and_import_errors(tmp_path, model_path):
 
 
 def test_pair_a_draft_and_unpair(tmp_path, model_path):
-    from engine.spec.dflash import DraftRefused
+    from engine.speculative.drafters.dflash import DraftRefused
     from gguf_tools.dflash_draft import write_random_draft
 
     s = ModelStore(tmp_path / "home")

@@ -23,7 +23,7 @@ from safetensors import safe_open
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from tiny_gguf import add_one_block
 
-from engine.model import Model
+from engine.llama.model import Model
 from gguf_tools.convert.tokenizer import LLAMA3_SPLIT, QWEN2_SPLIT, QWEN35_SPLIT, TokenizerError, add_tokenizer
 from gguf_tools.export_hf import ExportError, export_hf
 

@@ -29,7 +29,7 @@ def report(model_path) -> dict:
 
 
 def test_real_model_agrees_with_llama_cpp(report, model_path):
-    from engine.model import Model
+    from engine.llama.model import Model
 
     m = Model(model_path, n_gpu_layers=0)
     try:

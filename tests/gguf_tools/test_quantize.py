@@ -33,7 +33,7 @@ def current_log_callback() -> int | None:
 def greedy(path, n: int = 3) -> tuple[list[int], np.ndarray]:
     """n greedy tokens after PROMPT and the logits of the first (one thread: a busy CI machine
     makes ggml's spinning thread barrier crawl)."""
-    from engine.model import Model
+    from engine.llama.model import Model
 
     m = Model(path, n_gpu_layers=0)
     try:

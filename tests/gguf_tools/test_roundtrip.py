@@ -29,8 +29,8 @@ from tokenizers import Tokenizer
 
 from conftest import dev_prompts
 from reference import greedy_with_logits
-from engine.chat import ChatTemplate
-from engine.model import Model, init_backend
+from engine.llama.chat_template import ChatTemplate
+from engine.llama.model import Model, init_backend
 from gguf_tools import read_metadata
 from gguf_tools.export_hf import export_hf
 

@@ -222,7 +222,7 @@ def llama_logits(gguf_path: Path, tokens: list[int]) -> np.ndarray:
     """Logits [T, n_vocab] from llama.cpp for `tokens` decoded as one batch at positions 0..T-1."""
     import llama_cpp
 
-    from engine.model import Model
+    from engine.llama.model import Model
 
     model = Model(gguf_path)
     p = llama_cpp.llama_context_default_params()

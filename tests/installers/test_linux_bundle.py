@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from conftest import ROOT, start_app, test_home as cache_home  # renamed: pytest would collect a test_* name
-from engine.llama_build import cuda_driver
+from engine.llama.build import cuda_driver
 
 
 @pytest.mark.timeout(1200)

@@ -1,5 +1,5 @@
 """Native acceptance (native/src/fd_accept.c): greedy acceptance, the row argmax, and
-rejection sampling, against the NumPy reference (engine/spec/reference.py) and on bad
+rejection sampling, against the NumPy reference (tests/native/numpy_reference.py) and on bad
 input; losslessness of rejection sampling is tested statistically in
 test_native_lossless.py."""
 
@@ -10,8 +10,8 @@ import pytest
 
 from engine import native
 from engine.native import NativeCallError
-from engine.spec import accept
-from engine.spec import reference as ref
+from engine.speculative import accept
+import numpy_reference as ref
 
 FD_OK, FD_ERR_ARG, FD_ERR_VALUE = 0, -1, -2
 

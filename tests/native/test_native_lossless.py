@@ -17,9 +17,9 @@ import math
 import numpy as np
 import pytest
 
-from engine.spec import accept
-from engine.spec import reference as ref
-from engine.spec.select import select
+from engine.speculative import accept
+import numpy_reference as ref
+from engine.speculative.select import select
 
 V, T, ANCHOR, N = 6, 2, 0, 20000
 P = np.array([  # [V, V] the target: P[a, b] = probability of b after a (every cell >= 0.04)

@@ -1,6 +1,6 @@
 """The native path selectors (native/src/fd_select.c): against the NumPy reference
-(engine/spec/reference.py), against brute force over all paths, on ties and on bad
-input; and the select stage (engine/spec/select.py) that the speculative loop calls."""
+(tests/native/numpy_reference.py), against brute force over all paths, on ties and on bad
+input; and the select stage (engine/speculative/select.py) that the speculative loop calls."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from native_lattices import make_lattice, scores_of
 from engine import native
 from engine.errors import InvalidRequest
 from engine.native import NativeCallError, RawLattice
-from engine.spec import reference as ref
-from engine.spec.select import METHODS, Selection, select
+import numpy_reference as ref
+from engine.speculative.select import METHODS, Selection, select
 
 SEEDS = (0, 1, 2)
 KS = (1, 2, 3, 16)

@@ -9,7 +9,7 @@ the native selectors (native/src/fd_select.c):
   top1     DFlash v1: each position's best unary logit (needs `unary`).
 At temperature > 0 with `uniforms`, the path is *drawn* by a sampling walk and comes
 with the proposal q it was drawn from, which rejection sampling needs to stay lossless.
-What it is not: the draft forward (engine/spec drafters) or acceptance (accept.py).
+What it is not: the draft forward (engine/speculative/drafters) or acceptance (accept.py).
 
 Lossless sampling note: a deterministic path must be verified as a point mass
 (q = None here; the acceptance stage treats that as K = 1, q = 1). Verifying it

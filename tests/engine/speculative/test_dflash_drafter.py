@@ -9,10 +9,10 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from engine.context import Context, ContextConfig
-from engine.model import Model
-from engine.spec.dflash import DFlashDrafter, DraftStepError, walk
-from engine.spec.drafter import SeqView
+from engine.llama.context import Context, ContextConfig
+from engine.llama.model import Model
+from engine.speculative.drafters.dflash import DFlashDrafter, DraftStepError, walk
+from engine.speculative.drafters.base import SeqView
 from gguf_tools.dflash_draft import write_random_draft
 
 K = 16
@@ -243,7 +243,7 @@ def test_reduced_vocabulary_candidates_are_kept_ids(tmp_path, target, model_path
 def test_unary_logits_for_top1(target, draft_path):
     """With unary=True each slot's candidates come with the draft's own logits of them: they
     are the top-K of that slot's logits, and the top1 path takes each slot's best one."""
-    from engine.spec.select import select
+    from engine.speculative.select import select
 
     a, b = target.tokenize(PROMPTS[0]), target.tokenize(PROMPTS[1])
     with rig(target, draft_path, n_seq=2) as (ctx, drafter):

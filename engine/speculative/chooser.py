@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..context import Context
+from ..llama.context import Context
 
 MAX_ROWS = 16
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .drafter import Proposal, SeqView
+from .base import Proposal, SeqView
 
 
 class PromptLookupDrafter:

@@ -1,7 +1,7 @@
 """The block-length chooser and prompt lookup: pure logic, no model."""
 
-from engine.spec.chooser import CostCurve, choose_path_len, expected_committed
-from engine.spec.lookup import PromptLookupDrafter
+from engine.speculative.chooser import CostCurve, choose_path_len, expected_committed
+from engine.speculative.drafters.lookup import PromptLookupDrafter
 
 # This machine's shape of the cost curve (DESIGN.md §5): nearly linear on a 2-core CPU.
 CPU = CostCurve([0, 7.0, 13.0, 16.0, 19.3, 22.6, 25.9, 29.2, 32.6] + [32.6 + 3.3 * i for i in range(1, 9)], 2, 256)
@@ -44,8 +44,8 @@ class _Slot:
 
 
 def test_failed_probes_back_off_and_auto_retires():
-    from engine.spec.params import SpecParams
-    from engine.spec.state import DrafterRecord, SpecState
+    from engine.speculative.params import SpecParams
+    from engine.speculative.state import DrafterRecord, SpecState
 
     # on the flat GPU curve a probe is cheap, so the back-off, not the cost floor, spaces them
     st = SpecState(SpecParams(mode="auto"), PromptLookupDrafter(), 8, 4096, GPU, record=DrafterRecord(prior=0.0))
@@ -61,8 +61,8 @@ def test_failed_probes_back_off_and_auto_retires():
 
 
 def test_a_hit_resets_the_probe_interval():
-    from engine.spec.params import SpecParams
-    from engine.spec.state import DrafterRecord, SpecState
+    from engine.speculative.params import SpecParams
+    from engine.speculative.state import DrafterRecord, SpecState
 
     st = SpecState(SpecParams(mode="lookup"), PromptLookupDrafter(), 8, 4096, GPU, record=DrafterRecord(prior=0.0))
     for _ in range(3):
@@ -79,8 +79,8 @@ def test_a_hit_resets_the_probe_interval():
 def test_probes_of_a_costly_drafter_are_rare():
     """A probe costs a draft call and an extra verify row: at 14 ms of draft per call the
     probes must be far enough apart to cost at most 1% of plain time."""
-    from engine.spec.params import SpecParams
-    from engine.spec.state import PROBE_BUDGET, DrafterRecord, SpecState
+    from engine.speculative.params import SpecParams
+    from engine.speculative.state import PROBE_BUDGET, DrafterRecord, SpecState
 
     rec = DrafterRecord(prior=0.0)
     rec.draft_ms = 14.0
@@ -93,8 +93,8 @@ def test_probes_of_a_costly_drafter_are_rare():
 
 
 def test_the_next_request_starts_from_what_the_last_one_learned():
-    from engine.spec.params import SpecParams
-    from engine.spec.state import DrafterRecord, SpecState
+    from engine.speculative.params import SpecParams
+    from engine.speculative.state import DrafterRecord, SpecState
 
     rec = DrafterRecord(prior=0.95)  # optimistic prior: the first request speculates at once
     first = SpecState(SpecParams(mode="auto"), PromptLookupDrafter(), 8, 4096, CPU, record=rec)
@@ -110,8 +110,8 @@ def test_the_next_request_starts_from_what_the_last_one_learned():
 
 
 def test_a_drafter_that_never_hits_is_marked_useless():
-    from engine.spec.params import SpecParams
-    from engine.spec.state import DrafterRecord, SpecState
+    from engine.speculative.params import SpecParams
+    from engine.speculative.state import DrafterRecord, SpecState
 
     rec = DrafterRecord()
     assert not rec.useless()  # untried: give it a chance

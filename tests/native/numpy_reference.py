@@ -1,6 +1,6 @@
 """Pure NumPy reference of every entry point of the native library (native/).
 
-What it is: the spec the C code is tested against (tests/native/). Each function has
+What it is: the specification the C code is tested against (tests/native/). Each function has
 the signature and return values of its wrapper in engine/native.py, so a test can call
 both with the same arguments. Written to be obviously correct, not fast; the
 arithmetic follows the C's order (float64, sums in index order via cumsum) so that

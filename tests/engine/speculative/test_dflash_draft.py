@@ -6,8 +6,8 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from engine.model import Model
-from engine.spec import llama_ext as ext
+from engine.llama.model import Model
+from engine.llama import ext
 from gguf_tools import check_gguf
 from gguf_tools.dflash_draft import (DraftConfig, default_target_layers, pick_mask_token, random_tensors,
                                      read_metadata, tensor_shapes, write_dflash_draft, write_random_draft)

@@ -22,8 +22,8 @@ from reference import greedy_reference
 from drafters import StatelessDrafter
 from engine import Completion, Engine, EngineConfig, SamplingParams
 from engine.json_schema import compile_response_format
-from engine.spec.drafter import Proposal
-from engine.spec.params import SpecParams
+from engine.speculative.drafters.base import Proposal
+from engine.speculative.params import SpecParams
 from test_spec_sampling import FixedPathDrafter, chi_square, critical
 
 GREEDY = SamplingParams(temperature=0)

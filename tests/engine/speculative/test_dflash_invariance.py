@@ -10,8 +10,8 @@ import pytest
 
 from conftest import TEST_CTX, dev_prompts
 from engine import Completion, Engine, EngineConfig, SamplingParams
-from engine.spec.params import SpecParams
-from engine.spec.state import DrafterRecord
+from engine.speculative.params import SpecParams
+from engine.speculative.state import DrafterRecord
 from gguf_tools.dflash_draft import write_random_draft
 
 GREEDY = SamplingParams(temperature=0)

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..sampling import TargetDistribution
 from .chooser import CostCurve, choose_path_len, expected_committed
-from .drafter import Drafter
+from .drafters.base import Drafter
 from .params import MAX_BLOCK, SpecParams, SpecStats
 
 PROBE_BUDGET = 0.015  # probing a drafter the chooser benched may cost at most this share of plain time

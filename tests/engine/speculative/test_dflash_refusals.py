@@ -11,8 +11,8 @@ from gguf import GGUFWriter
 from tiny_gguf import add_one_block
 
 from engine.errors import ModelLoadError
-from engine.model import Model
-from engine.spec.dflash import DFlashDrafter, DraftRefused
+from engine.llama.model import Model
+from engine.speculative.drafters.dflash import DFlashDrafter, DraftRefused
 from gguf_tools.dflash_draft import DraftConfig, random_tensors, read_metadata, write_dflash_draft, write_random_draft
 
 

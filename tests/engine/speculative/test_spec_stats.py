@@ -1,6 +1,6 @@
 """SpecStats.speedup: the estimate the UI shows under an answer."""
 
-from engine.spec.params import SpecStats
+from engine.speculative.params import SpecStats
 
 
 def test_no_verify_means_no_speedup_claimed():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import jinja2
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from .errors import InvalidRequest, ModelLoadError
+from ..errors import InvalidRequest, ModelLoadError
 from .model import Model
 
 ROLES = ("system", "user", "assistant", "developer", "tool")

@@ -11,14 +11,14 @@ committed tokens, so nothing is rolled back. Sampling: the target distribution o
 is computed on the masked logits along a clone of the grammar, then acceptance runs as
 without a grammar; the real grammar then advances over what was committed.
 
-Not the acceptance math (accept.py) nor the grammar itself (engine/grammar.py).
+Not the acceptance math (accept.py) nor the grammar itself (engine/llama/grammar.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..grammar import Grammar
+from ..llama.grammar import Grammar
 
 
 def accept_greedy(grammar: Grammar, path: list[int], target_argmax: np.ndarray, row_logits,

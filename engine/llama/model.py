@@ -20,7 +20,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from .errors import InvalidRequest, ModelLoadError
+from ..errors import InvalidRequest, ModelLoadError
 
 _backend_lock = threading.Lock()
 _backend_ready = False

@@ -11,8 +11,8 @@ import pytest
 
 from conftest import dev_prompts
 from engine import Completion, SamplingParams
-from engine.spec.drafter import Proposal, SeqView
-from engine.spec.params import SpecParams
+from engine.speculative.drafters.base import Proposal, SeqView
+from engine.speculative.params import SpecParams
 from drafters import StatelessDrafter
 
 GREEDY = SamplingParams(temperature=0)
@@ -120,9 +120,9 @@ def test_exactness_probe_leaves_the_context_as_it_found_it(model_path):
     of the probe may remain in the KV cache."""
     import llama_cpp
 
-    from engine.context import Context, ContextConfig
-    from engine.model import Model
-    from engine.spec.verify import verify_is_exact
+    from engine.llama.context import Context, ContextConfig
+    from engine.llama.model import Model
+    from engine.speculative.verify import verify_is_exact
 
     model = Model(model_path)
     ctx = Context(model, ContextConfig(n_ctx_seq=256, n_seq=2, n_batch=64, n_threads=2))
@@ -149,14 +149,14 @@ class FailingDrafter(StatelessDrafter):
     def observe(self, committed):
         self.observed += 1
         if self.observed > 40:
-            from engine.spec.dflash import DraftStepError
+            from engine.speculative.drafters.dflash import DraftStepError
 
             raise DraftStepError("lost track (test)")
 
     def propose(self, seqs, n_draft, temperature, unary=False):
         self.calls += 1
         if self.calls % 2:
-            from engine.spec.dflash import DraftStepError
+            from engine.speculative.drafters.dflash import DraftStepError
 
             raise DraftStepError("no block this time (test)")
         return [Proposal([1, 2, 3][:n_draft]) for _ in seqs]

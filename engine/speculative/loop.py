@@ -19,10 +19,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..context import Context
+from ..llama.context import Context
 from ..errors import EngineError
 from . import accept, constrain
-from .drafter import Drafter, Proposal, SeqView
+from .drafters.base import Drafter, Proposal, SeqView
 from .params import MAX_BLOCK
 from .select import select
 from .verify import add_verify_rows, target_argmax, target_logits, token_logprobs

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import llama_cpp
 
-from .errors import GenerationFailed, ModelLoadError
+from ..errors import GenerationFailed, ModelLoadError
 from .model import Model
 
 

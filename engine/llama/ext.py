@@ -9,7 +9,7 @@ three if none is found. Every module of flashdesk that needs one of these functi
 imports it from here, never from `llama_cpp` or `llama_cpp.llama_cpp_ext`.
 
 Not a wrapper with checks: these are raw ctypes functions. Several of them abort the
-process on bad input (see DESIGN.md §2); `engine/spec/dflash.py` validates first.
+process on bad input (see DESIGN.md §2); `engine/speculative/drafters/dflash.py` validates first.
 
 References: llama.cpp `src/llama-ext.h`, `src/llama-context.cpp`, `src/llama-model.cpp`.
 """

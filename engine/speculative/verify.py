@@ -14,7 +14,7 @@ import ctypes
 import numpy as np
 
 from .. import native
-from ..context import Batch, Context
+from ..llama.context import Batch, Context
 
 
 def add_verify_rows(batch: Batch, seq_id: int, pos: int, anchor: int, path: list[int]) -> list[int]:

@@ -14,11 +14,11 @@ import ctypes
 import numpy as np
 import pytest
 
-from engine.context import Context, ContextConfig
-from engine.model import Model
-from engine.spec import llama_ext as ext
-from engine.spec.dflash import DFlashDrafter
-from engine.spec.drafter import SeqView
+from engine.llama.context import Context, ContextConfig
+from engine.llama.model import Model
+from engine.llama import ext
+from engine.speculative.drafters.dflash import DFlashDrafter
+from engine.speculative.drafters.base import SeqView
 from gguf_tools.dflash_draft import DraftConfig, random_tensors, write_dflash_draft
 
 K, SEED, WIDTH = 16, 7, 6

@@ -5,7 +5,7 @@ committed so far) and answers the three questions decoding asks of it: may this 
 next (`allows`), which token would a grammar-constrained greedy sampler pick from these
 logits (`greedy`), and the logits with every forbidden token at -inf (`mask`, for sampling).
 It is not a grammar compiler (json_schema.py writes the GBNF) and knows nothing of drafts:
-speculation asks the same questions at each verify row (spec/constrain.py).
+speculation asks the same questions at each verify row (speculative/constrain.py).
 
 Why `greedy` checks the argmax first: the unconstrained argmax is the constrained one whenever
 the grammar allows it (the grammar only removes tokens), so one single-token check replaces a
@@ -33,9 +33,9 @@ import weakref
 import llama_cpp
 import numpy as np
 
-from . import native
-from .errors import InvalidRequest
-from .sampling import _TOKEN_DATA
+from .. import native
+from ..errors import InvalidRequest
+from ..sampling import _TOKEN_DATA
 
 
 _CLOSERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (outside, inside)

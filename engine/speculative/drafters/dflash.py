@@ -1,6 +1,6 @@
 """The DFlash 2 drafter: a llama.cpp draft context fed with the target's layer features.
 
-`DFlashDrafter` implements `engine.spec.drafter.Drafter` for several concurrent
+`DFlashDrafter` implements `engine.speculative.drafters.base.Drafter` for several concurrent
 sequences. `attach` turns on layer-input capture on the target context for every tap of
 the draft and creates the draft context (`ctx_other` = target, non-causal, nextn output
 unmasked). `observe` copies the captured features of committed target rows, tap by tap;
@@ -15,8 +15,8 @@ tap ids, row counts against the draft's n_ubatch, block length against block_siz
 that the target has decoded the rows it reads.
 
 Not the path selector of record: `walk` is upstream's greedy walk (and a plain
-softmax draw at temperature > 0); `engine/spec/select.py` can take over from the raw
-lattice kept in `Proposal.stats["lattice"]`. Not the loop either (`engine/spec/loop.py`).
+softmax draw at temperature > 0); `engine/speculative/select.py` can take over from the raw
+lattice kept in `Proposal.stats["lattice"]`. Not the loop either (`engine/speculative/loop.py`).
 References: llama.cpp `common/speculative.cpp` (DFlash driver), `src/models/dflash.cpp`.
 """
 
@@ -34,13 +34,13 @@ from gguf_tools import GGUFFormatError, check_gguf
 from gguf_tools.dflash_draft import read_metadata
 from gguf_tools.llama_facts import CAPTURE_ARCHS
 
-from ..context import Batch, Context
-from ..errors import GenerationFailed, ModelLoadError
-from .. import native
-from ..model import Model
-from . import llama_ext as ext
-from .drafter import Proposal, SeqView
-from .select import select
+from ...llama.context import Batch, Context
+from ...errors import GenerationFailed, ModelLoadError
+from ... import native
+from ...llama.model import Model
+from ...llama import ext
+from .base import Proposal, SeqView
+from ..select import select
 
 MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: more aborts the loader
 MAX_PENDING = 512  # observed rows a sequence keeps before injecting anyway (~6 MB for SmolLM2's 5 taps)

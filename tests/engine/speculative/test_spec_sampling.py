@@ -15,8 +15,8 @@ from collections import Counter
 import pytest
 
 from engine import SamplingParams
-from engine.spec.drafter import Proposal
-from engine.spec.params import SpecParams
+from engine.speculative.drafters.base import Proposal
+from engine.speculative.params import SpecParams
 from drafters import StatelessDrafter
 
 PROMPT = "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"
