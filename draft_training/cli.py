@@ -75,7 +75,7 @@ def run(a) -> int:
         return 2
     from tqdm import tqdm
 
-    from engine.speculative.drafters.dflash import CAPTURE_ARCHS
+    from gguf_tools.llama_facts import CAPTURE_ARCHS
     from engine.store import ModelStore
     from gguf_tools.dflash_draft import default_target_layers, read_metadata
 

@@ -36,7 +36,7 @@ from engine.llama.chat_template import ChatTemplate
 from engine.llama.context import Context, ContextConfig
 from engine.llama.model import Model
 from engine.llama import ext
-from engine.speculative.drafters.dflash import CAPTURE_ARCHS
+from gguf_tools.llama_facts import CAPTURE_ARCHS
 
 MANIFEST = "manifest.json"
 FORMAT = 1
