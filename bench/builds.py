@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # One measurement, run in a child so each build is the only one loaded in its process.
 CHILD = r"""
 import json, sys, time
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
-from conftest import dev_prompts
+sys.path.insert(0, sys.argv[1])
+from bench.common import dev_prompts
 from engine import Engine, EngineConfig, SamplingParams
 from engine.speculative.params import SpecParams
 import llama_cpp
@@ -46,7 +46,8 @@ for p in prompts:
     tokens += u.completion_tokens - 1; prompt_tokens += u.prompt_tokens - u.cached_tokens
 eng.close()
 print(json.dumps({"decode_tok_s": tokens / (decode_ms / 1000), "prefill_tok_s": prompt_tokens / (prefill_ms / 1000),
-                  "system_info": llama_cpp.llama_print_system_info().decode(), "loaded": str(llama_cpp.llama_cpp._base_path)}))
+                  "system_info": llama_cpp.llama_print_system_info().decode(),
+                  "loaded": str(llama_cpp.llama_cpp._base_path)}))
 """
 
 
@@ -63,8 +64,10 @@ def measure(folder: Path, model: str, prompts: int, max_tokens: int) -> dict:
 
 
 def main() -> None:
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-    from conftest import test_home
+    sys.path.insert(0, str(ROOT))
+    from bench.common import drop_callers_settings, test_home
+
+    drop_callers_settings()  # the children read none of the caller's own settings
 
     from engine.llama.build import package_folder
     from engine.store import ModelStore, no_progress

@@ -25,8 +25,10 @@ from pathlib import Path
 import openai
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the packages, then the test helpers
-from conftest import ServerProcess, linked_home, test_home  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from bench.common import ServerProcess, drop_callers_settings, linked_home, test_home  # noqa: E402
+
+drop_callers_settings()  # the servers it starts read none of the caller's own settings
 
 from engine.store import ModelStore, no_progress  # noqa: E402
 

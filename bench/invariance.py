@@ -20,8 +20,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from conftest import dev_prompts, test_home  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from bench.common import dev_prompts, drop_callers_settings, test_home  # noqa: E402
+
+drop_callers_settings()  # before the engine loads: it reads FLASHDESK_LLAMA_BUILD
 
 from engine import Completion, Engine, EngineConfig, SamplingParams  # noqa: E402
 from engine.speculative.params import SpecParams  # noqa: E402

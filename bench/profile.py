@@ -24,7 +24,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import llama_cpp
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +34,8 @@ from engine.llama.model import Model  # noqa: E402
 from engine.speculative.params import SpecParams  # noqa: E402
 from engine.speculative.verify import target_logits  # noqa: E402
 from gguf_tools.dflash_draft import write_random_draft  # noqa: E402
+
+import llama_cpp  # noqa: E402  (after engine, whose __init__ picks the build it loads)
 
 GREEDY = SamplingParams(temperature=0)
 
@@ -103,9 +104,7 @@ def main() -> int:
     a = ap.parse_args()
     model_path = a.model
     if model_path is None:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from conftest import test_home
-
+        from bench.common import test_home
         from engine.store import ModelStore, no_progress
         model_path = ModelStore(test_home()).pull("smollm2", progress=no_progress).path
     prompts = load_prompts(Path(a.prompts), a.n)

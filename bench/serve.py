@@ -24,12 +24,13 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import openai
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the packages, then the test helpers
-from conftest import dev_prompts, free_port, test_home, wait_ready  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from bench.common import dev_prompts, drop_callers_settings, free_port, test_home, wait_ready  # noqa: E402
+
+drop_callers_settings()  # before the engine loads, and the server it starts reads none of them
 
 from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
 from engine.store import ModelStore, no_progress  # noqa: E402

@@ -26,8 +26,10 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the packages, then the test helpers
-from conftest import dev_prompts, test_home  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from bench.common import dev_prompts, drop_callers_settings, test_home  # noqa: E402
+
+drop_callers_settings()  # before the engine loads: it reads FLASHDESK_LLAMA_BUILD
 
 from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
 from engine.speculative.params import SpecParams  # noqa: E402
@@ -125,7 +127,8 @@ def main() -> int:
             spent = sum(r["decode_ms"] for r in rs) or 1.0
             shares = {k: round(100 * sum(r[k] for r in rs) / spent, 1) for k in ("draft_ms", "select_ms", "target_ms")}
             table.append({
-                "category": cat, "mode": name, "tok_per_s": round(rate, 1), "ratio": round(statistics.median(paired), 3),
+                "category": cat, "mode": name, "tok_per_s": round(rate, 1),
+                "ratio": round(statistics.median(paired), 3),
                 "tau": round(sum((r["tau"] or 0) * r["verifies"] for r in rs) / ver, 2) if ver else None,
                 "share_pct": shares | {"python_other": round(100 - sum(shares.values()), 1)} if ver else None,
             })
@@ -139,7 +142,8 @@ def main() -> int:
     for r in table:
         sh = r["share_pct"]
         shares = f"{sh['draft_ms']}/{sh['select_ms']}/{sh['target_ms']}/{sh['python_other']}" if sh else "-"
-        print(f"{r['category']:20} {r['mode']:16} {r['tok_per_s']:7.1f} {r['ratio']:6.3f} {r['tau'] or '-':>5}  {shares}")
+        print(f"{r['category']:20} {r['mode']:16} {r['tok_per_s']:7.1f} {r['ratio']:6.3f} "
+              f"{r['tau'] or '-':>5}  {shares}")
     print(f"mismatches against plain: {mismatches or 'none'}")
     return 1 if mismatches else 0
 

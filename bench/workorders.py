@@ -24,8 +24,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from conftest import EVAL_DATA, test_home  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from bench.common import EVAL_DATA, drop_callers_settings, test_home  # noqa: E402
+
+drop_callers_settings()  # before the engine loads: it reads FLASHDESK_LLAMA_BUILD
 
 from bench.workorder_score import format_report, score  # noqa: E402
 from engine import Completion, Engine, EngineConfig, RequestHandle  # noqa: E402
@@ -94,8 +96,10 @@ def main() -> int:
         ver = sum(r["verifies"] for r in rs)
         speed.append({
             "mode": m,
-            "tok_per_s": round(statistics.median(r["tokens"] / (r["decode_ms"] / 1e3) for r in rs if r["decode_ms"]), 1),
-            "ratio": round(statistics.median(base[r["case"]]["decode_ms"] / r["decode_ms"] for r in rs if r["decode_ms"]), 3),
+            "tok_per_s": round(statistics.median(r["tokens"] / (r["decode_ms"] / 1e3)
+                                                 for r in rs if r["decode_ms"]), 1),
+            "ratio": round(statistics.median(base[r["case"]]["decode_ms"] / r["decode_ms"]
+                                             for r in rs if r["decode_ms"]), 3),
             "ratio_end_to_end": round(statistics.median(base[r["case"]]["wall_ms"] / r["wall_ms"] for r in rs), 3),
             "tau": round(sum((r["tau"] or 0) * r["verifies"] for r in rs) / ver, 2) if ver else None,
             "used": sorted({r["used"] for r in rs if r["used"]}),

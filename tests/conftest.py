@@ -6,10 +6,8 @@ threads on free loopback ports.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -17,13 +15,15 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+# The helpers bench/ shares (bench/common.py); tests import them from here, as before.
+from bench.common import (EVAL_DATA, ROOT, TEST_CTX, ServerProcess, dev_prompts,  # noqa: F401
+                          drop_callers_settings, free_port, linked_home, test_home, wait_ready)
+
 # The suite never reads the caller's own flashdesk settings (a user's FLASHDESK_HOME, FLASHDESK_MODEL,
 # FLASHDESK_LLAMA_BUILD, ...): a test that needs one sets it itself. Only the harness's own knobs
 # (FLASHDESK_TEST_*) pass. Before anything imports `engine`, which reads FLASHDESK_LLAMA_BUILD.
-for _name in [k for k in os.environ if k.startswith("FLASHDESK_") and not k.startswith("FLASHDESK_TEST_")]:
-    del os.environ[_name]
+drop_callers_settings()
 
-import httpx  # noqa: E402
 import pytest  # noqa: E402
 import uvicorn  # noqa: E402
 
@@ -34,15 +34,6 @@ from engine.store import ModelStore, no_progress  # noqa: E402
 # The browser tests' fixtures (ui_server, tab): a plugin, not a second conftest.py, so that
 # `from conftest import ...` in any test module always means this file.
 pytest_plugins = ["tests.ui.browser"]
-
-ROOT = Path(__file__).resolve().parent.parent
-EVAL_DATA = ROOT / "tests" / "data"  # the project's dev prompts and work orders (tests/data/README.md)
-TEST_CTX = 2048
-
-
-def test_home() -> Path:
-    """Per-machine model cache for the tests (not the user's own store)."""
-    return Path(os.environ.get("FLASHDESK_TEST_HOME", Path.home() / ".cache" / "flashdesk-tests"))
 
 
 @pytest.fixture(scope="session")
@@ -84,74 +75,6 @@ def engine(model_path):
     eng.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def settled(health: httpx.Response, want: int = 200, measured: bool = True) -> bool:
-    """/health answered `want`; with `measured`, a ready server has also finished measuring its
-    verify-cost curve (until then its chooser's requests decode plainly: test_first_request.py)."""
-    if health.status_code != want:
-        return False
-    return not measured or want != 200 or (health.json().get("speculation") or {}).get("cost_curve") != "measuring"
-
-
-def wait_ready(base: str, timeout: float = 120.0, want: int = 200) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if settled(httpx.get(f"{base}/health", timeout=2), want):
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"server at {base} did not become ready")
-
-
-class ServerProcess:
-    """`flashdesk serve` as a real subprocess on a free loopback port."""
-
-    def __init__(self, home: Path, *flags: str, env: dict[str, str] | None = None):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "server.cli", "--home", str(home), "serve", "--port", str(self.port),
-               "--ctx", str(TEST_CTX), "--threads", "2", *flags]
-        self.log_path = home / f"server-{self.port}.log"
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=None if env is None else {**os.environ, **env})
-
-    def wait_ready(self, timeout: float = 300.0, measured: bool = True) -> None:
-        """Like wait_ready(), but a server that exits fails at once, and either failure shows its log.
-        The long timeout is for a busy machine: a load takes ~5 s alone, far longer beside heavy jobs.
-        `measured=False`: ready as soon as the model is loaded, as a user sees it."""
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited ({self.proc.returncode}): {self.log_tail()}")
-            try:
-                if settled(httpx.get(f"{self.base}/health", timeout=2), measured=measured):
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"server at {self.base} was not ready after {timeout:.0f} s: {self.log_tail()}")
-
-    def log_tail(self, lines: int = 15) -> str:
-        self.log.flush()
-        return "\n".join(self.log_path.read_text("utf-8", errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
-
-
 @contextmanager
 def serving(home: Path, *flags: str, env: dict[str, str] | None = None):
     """`flashdesk serve` on `home` (with `env` added to the environment), ready before the body
@@ -162,21 +85,6 @@ def serving(home: Path, *flags: str, env: dict[str, str] | None = None):
         yield srv
     finally:
         srv.stop()
-
-
-def linked_home(home: Path, store: ModelStore) -> Path:
-    """A flashdesk home whose models/smollm2 holds links to the test cache's model files (and
-    copies of its JSON: manifest, measured verify cost), so the store may delete or re-pair
-    there: it removes the links, never their targets."""
-    src = Path(store.get("smollm2").path).parent
-    dst = home / "models" / "smollm2"
-    dst.mkdir(parents=True)
-    for f in src.iterdir():
-        if f.suffix == ".gguf":
-            (dst / f.name).symlink_to(f)
-        elif f.suffix == ".json":
-            shutil.copy(f, dst / f.name)
-    return home
 
 
 @pytest.fixture(scope="session")
@@ -223,12 +131,6 @@ class ThreadServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
-
-
-def dev_prompts() -> list[dict]:
-    """The 60 dev prompts (tests/data/prompts-dev.jsonl), in file order."""
-    text = (EVAL_DATA / "prompts-dev.jsonl").read_text("utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def start_app(cmd: list[str], env: dict[str, str] | None = None,
