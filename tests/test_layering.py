@@ -205,9 +205,12 @@ def uses_of(path: Path) -> list[Use]:
 @cache
 def source_files() -> tuple[Path, ...]:
     """The non-test Python: tracked or new (not ignored), outside tests/."""
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"], cwd=ROOT,
-                         capture_output=True, text=True)
-    if out.returncode == 0:
+    try:
+        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"], cwd=ROOT,
+                             capture_output=True, text=True)
+    except FileNotFoundError:  # no git here
+        out = None
+    if out is not None and out.returncode == 0:
         files = [ROOT / f for f in out.stdout.splitlines()]
     else:  # not a git checkout (an unpacked sdist)
         files = [p for p in ROOT.rglob("*.py") if not {".venv", "build"} & set(p.relative_to(ROOT).parts)]

@@ -20,9 +20,12 @@ NOT_OURS = ("ui/vendor/",)
 
 def source_files() -> list[Path]:
     """The tracked source files, and new ones not ignored."""
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                         capture_output=True, text=True)
-    if out.returncode == 0:
+    try:
+        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, text=True)
+    except FileNotFoundError:  # no git here
+        out = None
+    if out is not None and out.returncode == 0:
         files = [ROOT / f for f in out.stdout.splitlines()]
     else:  # not a git checkout (an unpacked sdist)
         files = [p for p in ROOT.rglob("*") if not {".venv", "build", "node_modules"} & set(p.relative_to(ROOT).parts)]
