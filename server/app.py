@@ -9,26 +9,23 @@ from __future__ import annotations
 import logging
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 
 from engine.store import ModelStore
 
-from . import errors, metrics, openai_routes
+from . import errors
 from .audit import AuditLog, AuditLogError
-from .conversation_routes import router as conversation_router
 from .conversations import ConversationStore, ConversationStoreError
 from .jobs import Jobs
+from .routes import conversations, health, metrics, openai, store, system, workorders
 from .runtime import Loader, Runtime, load_engine
 from .security import GuardMiddleware
 from .settings import Settings
-from .store_routes import router as store_router
-from .system import router as system_router
 from .ui_files import ui_app
-from .workorders import routes as workorder_routes
 from .workorders.templates import TemplateStore
 
 log = logging.getLogger("flashdesk.server")
+ROUTES = (openai, workorders, conversations, store, system, metrics, health)  # server/routes/, one per API family
 
 
 def create_app(settings: Settings, loader: Loader = load_engine) -> FastAPI:
@@ -45,45 +42,28 @@ def create_app(settings: Settings, loader: Loader = load_engine) -> FastAPI:
             log.error("%s", e)
         try:
             app.state.conversations = ConversationStore(home / "conversations.sqlite3")
-        except ConversationStoreError as e:  # chat still works; saving history answers 503
+        except ConversationStoreError as e:  # chat still works; saving history answers 503 with this reason
+            app.state.conversations_error = str(e)
             log.error("%s", e)
         try:
             yield
         finally:
             runtime.close()
-            for store in (app.state.audit, app.state.conversations):
-                if store is not None:
-                    store.close()
+            for db in (app.state.audit, app.state.conversations):
+                if db is not None:
+                    db.close()
 
     app = FastAPI(title="flashdesk", version="0.1.0", lifespan=lifespan, docs_url="/docs", redoc_url=None)
     app.state.runtime = runtime
     app.state.settings = settings
     app.state.templates = TemplateStore(home / "templates")
-    app.state.store_jobs = Jobs()  # pull / import / pair, one at a time (server/store_routes.py)
-    app.state.audit, app.state.audit_error, app.state.conversations = None, None, None
+    app.state.store_jobs = Jobs()  # pull / import / pair, one at a time (server/routes/store.py)
+    app.state.audit, app.state.audit_error = None, None  # the open log, or why it could not be opened (a 503)
+    app.state.conversations, app.state.conversations_error = None, None
     errors.install(app)
-    app.include_router(openai_routes.router)
-    app.include_router(workorder_routes.router)
-    app.include_router(conversation_router)
-    app.include_router(store_router)
-    app.include_router(system_router)
-    app.include_router(metrics.router)
+    for family in ROUTES:
+        app.include_router(family.router)
     app.add_middleware(GuardMiddleware, settings=settings)
-
-    @app.get("/health")
-    async def health(request: Request):
-        rt: Runtime = request.app.state.runtime
-        body = {"status": rt.status}
-        if rt.status == "ready":
-            eng = rt.engine
-            body |= {"model": rt.model.name, "engine": eng.stats(), "n_ctx": eng.n_ctx,
-                     "speculation": {"drafters": sorted(eng.drafters), "default": eng.config.spec_mode,
-                                     "exact": eng.spec_exact, "exact_why": eng.spec_exact_why,
-                                     "enabled": eng.spec_enabled, "draft_error": eng.draft_error,
-                                     "cost_curve": eng.cost_curve}}
-        if rt.error:
-            body["error"] = rt.error
-        return JSONResponse(body, status_code=200 if rt.status == "ready" else 503)
 
     ui = ui_app()
     if ui is not None:  # last: every API route above wins over a file of the same name

@@ -5,8 +5,8 @@ with record / get / list / count and a streamed CSV or JSONL export, and `ParseR
 the dataclass a parse handler fills in. Dict and list fields are stored as JSON text
 (ensure_ascii=False, so Traditional Chinese round-trips and stays readable in the file).
 
-What it is not: no HTTP (the routes live elsewhere and map `AuditLogError` and
-`ValueError` to error JSON), no retention or deletion policy, no full-text index (`q`
+What it is not: no HTTP (server/errors.py's table maps `AuditLogError` and
+`AuditQueryError` to error JSON), no retention or deletion policy, no full-text index (`q`
 is a LIKE scan, fine for the thousands of rows an office produces), no encryption.
 
 Durability: `journal_mode=WAL` + `synchronous=FULL` (+ `fullfsync` on macOS). Every
@@ -78,6 +78,10 @@ class AuditLogError(Exception):
     """The audit log file cannot be used; the message names the path and the next step."""
 
 
+class AuditQueryError(ValueError):
+    """A filter, page or export format the caller can fix: the API answers 400."""
+
+
 @dataclass(kw_only=True)
 class ParseRecord:
     """One parse call, as the handler saw it. created_at is set by record() when None."""
@@ -144,7 +148,7 @@ class AuditLog:
         8601 dates or datetimes, UTC when no offset is given; since is inclusive, until a
         date includes that whole day, until a datetime is inclusive."""
         if not 0 <= limit <= MAX_LIST_LIMIT or offset < 0:
-            raise ValueError(f"limit must be 0..{MAX_LIST_LIMIT} and offset >= 0 (got {limit}, {offset})")
+            raise AuditQueryError(f"limit must be 0..{MAX_LIST_LIMIT} and offset >= 0 (got {limit}, {offset})")
         where, params = _where(template=template, needs_review=needs_review, status=status,
                                since=since, until=until, q=q)
         sql = f"SELECT * FROM records WHERE {where} ORDER BY created_at DESC, seq DESC LIMIT ? OFFSET ?"
@@ -169,7 +173,7 @@ class AuditLog:
         Filters are those of list(); no limit. Pages are not one snapshot: a record made
         during the download is included when it sorts after the last page sent."""
         if fmt not in ("csv", "jsonl"):
-            raise ValueError(f"export format must be 'csv' or 'jsonl', got {fmt!r}")
+            raise AuditQueryError(f"export format must be 'csv' or 'jsonl', got {fmt!r}")
         where, params = _where(**filters)  # validate now, not at the first next()
         return self._export(fmt, where, params)
 
@@ -228,7 +232,7 @@ def _bound(name: str, value: str, *, upper: bool) -> tuple[str, str]:
             return ("<", utc_iso(d + timedelta(days=1))) if upper else (">=", utc_iso(d))
         return ("<=" if upper else ">=", utc_iso(datetime.fromisoformat(value)))
     except (TypeError, ValueError):
-        raise ValueError(f"{name}={value!r} is not an ISO 8601 date or datetime "
+        raise AuditQueryError(f"{name}={value!r} is not an ISO 8601 date or datetime "
                          f"(e.g. 2024-05-01 or 2024-05-01T08:00:00Z)") from None
 
 
@@ -242,7 +246,7 @@ def _where(*, template: str | None = None, needs_review: bool | None = None, sta
         terms.append(("needs_review = ?", int(bool(needs_review))))
     if status is not None:
         if status not in STATUSES:
-            raise ValueError(f"status must be one of {', '.join(STATUSES)}; got {status!r}")
+            raise AuditQueryError(f"status must be one of {', '.join(STATUSES)}; got {status!r}")
         terms.append(("status = ?", status))
     for name, value, upper in (("since", since, False), ("until", until, True)):
         if value is not None:

@@ -47,16 +47,9 @@ async def collect(request, req: GenerationRequest, events: asyncio.Queue) -> Com
     """Wait for the whole answer; if the client hangs up first, cancel the generation (499)."""
 
     async def gather():
-        parts, tokens, logprobs = [], [], []
-        async for ev in events_of(req, events):
-            if ev.error is not None:
-                raise ev.error
-            parts.append(ev.text)
-            tokens += ev.tokens
-            logprobs += ev.logprobs or []
-            if ev.final:
-                return Completion("".join(parts), tokens, ev.finish_reason, ev.usage,
-                                  logprobs if req.logprobs and len(logprobs) == len(tokens) else None)
+        # events_of stops after the final event (an error is final too), so the engine's own
+        # collector sees the whole answer and raises the error where there is one.
+        return Completion.collect(iter([ev async for ev in events_of(req, events)]))
 
     work = asyncio.ensure_future(gather())
     gone = asyncio.ensure_future(wait_for_disconnect(request.receive))

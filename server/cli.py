@@ -1,7 +1,8 @@
 """The `flashdesk` command: app, serve, doctor, pull, models, pair, import, train-draft, and the GGUF tools.
 
-Flags feed `Settings` (which also reads FLASHDESK_* variables); messages are for
-people, and every failure says what to do next. Exit status 2 for a usage or input
+Flags feed `Settings` (which also reads FLASHDESK_* variables); `serve`'s flags are made
+from its fields (server/flags.py), so their help and defaults are the model's. Messages are
+for people, and every failure says what to do next. Exit status 2 for a usage or input
 error, 1 for anything else that failed.
 """
 
@@ -19,11 +20,8 @@ from engine import EngineError
 from engine.catalog import CATALOG, DEFAULT_MODEL
 from engine.store import ModelStore
 
+from . import flags
 from .settings import Settings
-
-
-def _settings(**flags) -> Settings:
-    return Settings(**{k: v for k, v in flags.items() if v is not None})
 
 
 def cmd_serve(a) -> int:
@@ -31,11 +29,7 @@ def cmd_serve(a) -> int:
 
     from .app import create_app
 
-    settings = _settings(model=a.model, host=a.host, port=a.port, ctx=a.ctx, parallel=a.parallel,
-                         threads=a.threads, api_key=a.api_key, home=a.home, verbose=a.verbose or None,
-                         allowed_hosts=a.allowed_host or None, allowed_origins=a.allowed_origin or None,
-                         draft=a.draft, speculative=a.speculative, selector=a.selector, spec_block=a.block,
-                         allow_inexact_speculation=a.allow_inexact_speculation or None)
+    settings = Settings(**flags.given(a, Settings))
     ModelStore(settings.home).resolve(settings.model)  # fail now, with a hint, not after start-up
     app = create_app(settings)
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
@@ -46,13 +40,13 @@ def cmd_serve(a) -> int:
 
 
 def cmd_app(a) -> int:
-    from .launcher import run
+    from .desktop.launcher import run
 
     return run(home=a.home, port=a.port, model=a.model, open_browser=not a.no_browser, window=not a.no_window)
 
 
 def cmd_doctor(a) -> int:
-    from .doctor import format_report, report, write_bundle
+    from .desktop.doctor import format_report, report, write_bundle
 
     r = report(a.home)
     print(json.dumps(r, indent=2, ensure_ascii=False) if a.json else format_report(r))
@@ -110,7 +104,7 @@ def _version() -> str:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flashdesk", description="Local LLM server with an OpenAI-compatible API.")
-    p.add_argument("--home", help="data folder (default: FLASHDESK_HOME or the OS convention)")
+    flags.add_flag(p, Settings, "home")  # before the command: every command has a store
     p.add_argument("--version", action="version", version=f"flashdesk {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -128,23 +122,7 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_doctor)
 
     s = sub.add_parser("serve", help="start the API server")
-    s.add_argument("--model", help=f"store name or path to a .gguf (default: {DEFAULT_MODEL})")
-    s.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    s.add_argument("--port", type=int, help="port (default 8080)")
-    s.add_argument("--ctx", type=int, help="context tokens per request (default 4096)")
-    s.add_argument("--parallel", type=int, help="requests generated together (default 4)")
-    s.add_argument("--threads", type=int, help="CPU threads")
-    s.add_argument("--api-key", help="require this key (needed to bind other than loopback)")
-    s.add_argument("--allowed-host", action="append", help="extra Host name to accept (repeatable)")
-    s.add_argument("--allowed-origin", action="append", help="extra browser origin to allow (repeatable)")
-    s.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
-    s.add_argument("--draft", help="DFlash 2 draft: auto (the paired one, default), none, or a path")
-    s.add_argument("--speculative", choices=["auto", "off", "dflash", "lookup"],
-                   help="default speculation (auto: only where it is measured to be faster)")
-    s.add_argument("--selector", choices=["walk", "viterbi", "dp", "top1"], help="DFlash 2 path selector")
-    s.add_argument("--block", type=int, help="largest speculative block B (2-16, default 8)")
-    s.add_argument("--allow-inexact-speculation", action="store_true",
-                   help="speculate on a GPU whose batched logits differ from single-token ones (not bit-exact)")
+    flags.add_flags(s, Settings, skip=("home",))
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("pull", help="download a known model into the store")

@@ -6,10 +6,11 @@ SQLite file (WAL, stdlib `sqlite3`), opened like the audit log by `server/sqlite
 with a HINT for a file that is not ours), one connection behind a lock. Dict fields
 (settings, meta) are stored as JSON text with ensure_ascii=False so Chinese stays readable.
 
-What it is not: no HTTP (server/conversation_routes.py maps `ConversationNotFound` to 404
-and `ValueError` to 400), no generation (the UI calls /v1/chat/completions itself and
-stores the answer with add_message), no users or permissions (one local user), no
-full-text index (`q` is a LIKE scan over titles and contents, fine for a desk's history).
+What it is not: no HTTP (server/errors.py's table maps `ConversationNotFound` to 404,
+`ConversationInputError` to 400 and `ConversationStoreError` to 503), no generation (the
+UI calls /v1/chat/completions itself and stores the answer with add_message), no users or
+permissions (one local user), no full-text index (`q` is a LIKE scan over titles and
+contents, fine for a desk's history).
 
 Durability and concurrency: as in server/audit.py; every write method is one transaction,
 fsynced before it returns. Blocking: call it from async code through `run_in_threadpool`.
@@ -63,6 +64,10 @@ MAX_LIST_LIMIT = 1000
 
 class ConversationStoreError(Exception):
     """The conversations file cannot be used; the message names the path and the next step."""
+
+
+class ConversationInputError(ValueError):
+    """A value the caller can fix (a size limit, a role, a seq, a page): the API answers 400."""
 
 
 class ConversationNotFound(LookupError):
@@ -131,7 +136,8 @@ class ConversationStore:
         first. q: a case-insensitive (ASCII letters; CJK has no case) substring of the title
         OR of any message content, % and _ taken literally."""
         if not 0 <= limit <= MAX_LIST_LIMIT or offset < 0:
-            raise ValueError(f"limit must be 0..{MAX_LIST_LIMIT} and offset >= 0 (got {limit}, {offset})")
+            raise ConversationInputError(f"limit must be 0..{MAX_LIST_LIMIT} and offset >= 0 "
+                                         f"(got {limit}, {offset})")
         where, params = "1", []
         if q:
             # Escape the escape char first, then the wildcards, so "50%_off" matches only itself.
@@ -175,11 +181,12 @@ class ConversationStore:
         """Append a message (seq = last + 1), touch updated_at, and, when the title is still
         empty and this is a user message, take the title from its first 60 characters."""
         if role not in ROLES:
-            raise ValueError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
+            raise ConversationInputError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
         if not isinstance(content, str):
-            raise ValueError("content must be a string")
+            raise ConversationInputError("content must be a string")
         if len(content.encode("utf-8")) > MAX_CONTENT_BYTES:
-            raise ValueError(f"content is over {MAX_CONTENT_BYTES // 1024} KB; split it or attach less text")
+            raise ConversationInputError(f"content is over {MAX_CONTENT_BYTES // 1024} KB; "
+                                         "split it or attach less text")
         meta_text = None if meta is None else _json_object("meta", meta, MAX_META_BYTES)
         with self._lock, sqlite_file.transaction(self._db):
             conv = self._require(conversation_id)
@@ -202,7 +209,7 @@ class ConversationStore:
         seq of the last user message, dropping the answer below it; seq 0 clears the chat.
         The next add_message reuses the freed seq numbers (seq is max + 1)."""
         if seq < 0:
-            raise ValueError(f"seq must be >= 0, got {seq}")
+            raise ConversationInputError(f"seq must be >= 0, got {seq}")
         with self._lock, sqlite_file.transaction(self._db):
             self._require(conversation_id)
             cur = self._db.execute("DELETE FROM messages WHERE conversation_id = ? AND seq > ?", (conversation_id, seq))
@@ -229,10 +236,10 @@ def _title(title: str | None) -> str:
     if title is None:
         return ""
     if not isinstance(title, str):
-        raise ValueError("title must be a string")
+        raise ConversationInputError("title must be a string")
     title = title.strip()
     if len(title) > MAX_TITLE_CHARS:
-        raise ValueError(f"title is over {MAX_TITLE_CHARS} characters")
+        raise ConversationInputError(f"title is over {MAX_TITLE_CHARS} characters")
     return title
 
 
@@ -243,13 +250,14 @@ def _settings(settings: dict | None) -> str:
 def _json_object(name: str, value: Any, max_bytes: int) -> str:
     """A dict -> compact JSON text, refusing anything else or anything over max_bytes of UTF-8."""
     if not isinstance(value, dict):
-        raise ValueError(f"{name} must be a JSON object")
+        raise ConversationInputError(f"{name} must be a JSON object")
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{name} is not JSON-serialisable: {e}") from None
+        raise ConversationInputError(f"{name} is not JSON-serialisable: {e}") from None
     if len(text.encode("utf-8")) > max_bytes:
-        raise ValueError(f"{name} is over {max_bytes // 1024} KB as JSON; keep long texts out of it")
+        raise ConversationInputError(f"{name} is over {max_bytes // 1024} KB as JSON; "
+                                     "keep long texts out of it")
     return text
 
 

@@ -2,7 +2,8 @@
 
 `{"error": {"message", "type", "param", "code"}}` with the status OpenAI clients
 expect: the `openai` package turns these into BadRequestError, AuthenticationError,
-NotFoundError and so on. Engine errors are mapped here and nowhere else.
+NotFoundError and so on. Engine errors and the stores' errors (the audit log, the chat
+history) are mapped here and nowhere else; the routes just let them rise.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from engine.errors import (ContextLengthExceeded, DownloadError, EngineError, EngineStopped, GenerationFailed,
                            InvalidModelFile, InvalidRequest, ModelLoadError, ModelNotFound)
 
+from .audit import AuditLogError, AuditQueryError
+from .conversations import ConversationInputError, ConversationNotFound, ConversationStoreError
+
 log = logging.getLogger("flashdesk.server")
 
 # engine error class -> (HTTP status, OpenAI error type). First match wins (subclasses first).
@@ -30,6 +34,16 @@ ENGINE_ERRORS: list[tuple[type[EngineError], int, str]] = [
     (DownloadError, 502, "server_error"),
     (GenerationFailed, 500, "server_error"),
     (EngineError, 500, "server_error"),
+]
+
+# store error class -> (HTTP status, code, param, message with {e} for the store's own words).
+# The stores know nothing of HTTP; their messages already name the file and the next step.
+STORE_ERRORS: list[tuple[type[Exception], int, str, str | None, str]] = [
+    (ConversationNotFound, 404, "conversation_not_found", "id", "{e}; see GET /v1/conversations"),
+    (ConversationInputError, 400, "invalid_request", None, "{e}"),
+    (ConversationStoreError, 503, "conversations_unavailable", None, "the chat history is unavailable: {e}"),
+    (AuditQueryError, 400, "invalid_request", None, "{e}"),
+    (AuditLogError, 503, "audit_unavailable", None, "the work-order audit log could not be opened: {e}"),
 ]
 
 STATUS_TYPES = {
@@ -60,10 +74,23 @@ def from_engine(e: EngineError) -> APIError:
     raise AssertionError("unreachable: EngineError is the last row")
 
 
+def from_store(e: Exception) -> APIError:
+    for cls, status, code, param, message in STORE_ERRORS:
+        if isinstance(e, cls):
+            return APIError(status, message.format(e=e), code=code, param=param)
+    raise AssertionError(f"{type(e).__name__} is not a row of STORE_ERRORS")
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api(_: Request, e: APIError):
         return e.response()
+
+    async def _store(_: Request, e: Exception):
+        return from_store(e).response()
+
+    for cls, *_ in STORE_ERRORS:
+        app.add_exception_handler(cls, _store)
 
     @app.exception_handler(EngineError)
     async def _engine(_: Request, e: EngineError):

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from engine import GenerationRequest, SamplingParams
 from engine.speculative.params import MAX_BLOCK, SpecParams
 
+from .speculation import Mode, Selector
+
 MAX_STOP = 16
 
 
@@ -48,9 +50,9 @@ class StreamOptions(_Strict):
 class Speculative(_Strict):
     """flashdesk extension: how to speculate (the output is the same either way)."""
 
-    mode: Literal["auto", "off", "dflash", "lookup"] = "auto"
-    selector: Literal["walk", "viterbi", "dp", "top1"] | None = None
-    block: int | None = Field(None, ge=2, le=MAX_BLOCK)
+    mode: Mode = SpecParams.mode
+    selector: Selector | None = SpecParams.selector
+    block: int | None = Field(SpecParams.block, ge=2, le=MAX_BLOCK)
 
     def params(self) -> SpecParams:
         return SpecParams(self.mode, self.selector, self.block)

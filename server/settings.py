@@ -1,21 +1,29 @@
 """The one typed settings source: defaults < environment (FLASHDESK_*) < CLI flags.
 
 CLI flags arrive as keyword arguments to `Settings(...)`, which pydantic-settings
-ranks above the environment. Each field's description is its help text.
+ranks above the environment. Each field's description is its help text: server/flags.py
+makes `flashdesk serve`'s flags from these fields (`flag` in a field's extra names a flag
+that is not the field's name). The engine's knobs take their defaults from
+`engine.EngineConfig` and their names from engine/speculative/params.py, so each lives once.
+
+Not the engine's configuration: server/runtime.py turns these into an `EngineConfig`.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
-from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from engine import EngineConfig
 from engine.catalog import DEFAULT_MODEL
+from engine.speculative.params import MAX_BLOCK
+
+from .speculation import Mode, Selector
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+ENGINE_DEFAULTS = EngineConfig()  # the engine's own defaults (threads: this machine's cores, at most 8)
 
 
 def is_loopback(host: str) -> bool:
@@ -34,24 +42,29 @@ class Settings(BaseSettings):
     model: str = Field(DEFAULT_MODEL, description="model to serve: a store name or a path to a .gguf")
     host: str = Field("127.0.0.1", description="address to bind; anything but loopback needs an API key")
     port: int = Field(8080, ge=0, le=65535, description="port to bind")
-    ctx: int = Field(4096, ge=256, le=1 << 20, description="context tokens per request (prompt + answer)")
-    parallel: int = Field(4, ge=1, le=64, description="requests generated together (continuous batching)")
-    threads: int = Field(max(1, min(os.cpu_count() or 1, 8)), ge=1, le=512, description="CPU threads")
+    ctx: int = Field(ENGINE_DEFAULTS.n_ctx, ge=256, le=1 << 20,
+                     description="context tokens per request (prompt + answer)")
+    parallel: int = Field(ENGINE_DEFAULTS.n_parallel, ge=1, le=64,
+                          description="requests generated together (continuous batching)")
+    threads: int = Field(ENGINE_DEFAULTS.n_threads, ge=1, le=512, description="CPU threads")
     api_key: SecretStr | None = Field(None, description="require `Authorization: Bearer KEY` on the API")
-    allowed_hosts: list[str] = Field(default_factory=list,
-                                     description="extra Host header names to accept (DNS-rebinding guard)")
-    allowed_origins: list[str] = Field(default_factory=list,
-                                       description="extra browser origins allowed to call the API")
+    allowed_hosts: list[str] = Field(default_factory=list, json_schema_extra={"flag": "allowed-host"},
+                                     description="extra Host header name to accept (DNS-rebinding guard; repeatable)")
+    allowed_origins: list[str] = Field(default_factory=list, json_schema_extra={"flag": "allowed-origin"},
+                                       description="extra browser origin allowed to call the API (repeatable)")
     max_body_bytes: int = Field(8 << 20, ge=1024, description="largest request body accepted")
-    verbose: bool = Field(False, description="print llama.cpp's own log")
+    verbose: bool = Field(ENGINE_DEFAULTS.verbose, description="print llama.cpp's own log")
     draft: str = Field("auto", description="DFlash 2 draft: auto (the model's paired draft), none, or a path")
-    speculative: Literal["auto", "off", "dflash", "lookup"] = Field(
-        "auto", description="default speculation for requests that do not ask (auto: only where it is faster)")
-    selector: Literal["walk", "viterbi", "dp", "top1"] = Field("walk", description="DFlash 2 path selector")
-    spec_block: int = Field(8, ge=2, le=16, description="largest block B (anchor + drafted tokens)")
+    speculative: Mode = Field(ENGINE_DEFAULTS.spec_mode,
+                              description="default speculation for requests that do not ask "
+                                          "(auto: only where it is measured to be faster)")
+    selector: Selector = Field(ENGINE_DEFAULTS.selector, description="DFlash 2 path selector")
+    spec_block: int = Field(ENGINE_DEFAULTS.spec_block, ge=2, le=MAX_BLOCK, json_schema_extra={"flag": "block"},
+                            description="largest speculative block B (anchor + drafted tokens)")
     allow_inexact_speculation: bool = Field(
-        False, description="speculate on backends whose batched logits differ from single-token ones (CUDA); "
-                           "output is then not bit-identical to plain decoding")
+        ENGINE_DEFAULTS.spec_inexact, description="speculate on backends whose batched logits differ from "
+                                                  "single-token ones (CUDA); output is then not bit-identical "
+                                                  "to plain decoding")
 
     @model_validator(mode="after")
     def _safe_bind(self):

@@ -1,1 +1,2 @@
-"""The work-order API: templates (data files), the extraction prompt, review checks and routes."""
+"""The work-order feature: templates (data files), the extraction prompt, dates, spans and
+review checks. Its HTTP routes are server/routes/workorders.py."""

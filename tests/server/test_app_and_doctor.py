@@ -15,8 +15,8 @@ import openai
 import pytest
 
 from conftest import ROOT, linked_home, start_app
-from server.doctor import report, write_bundle
-from server.launcher import PREFERRED_PORT, bind_loopback
+from server.desktop.doctor import report, write_bundle
+from server.desktop.launcher import PREFERRED_PORT, bind_loopback
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])  # Ctrl+C; the desktop closing it

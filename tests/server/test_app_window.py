@@ -1,4 +1,4 @@
-"""The app's small window (server/app_window.py) on a real X server (Xvfb), and the launcher
+"""The app's small window (server/desktop/window.py) on a real X server (Xvfb), and the launcher
 around it: a second start for the same home opens the first one's page instead of loading
 the model twice."""
 
@@ -15,8 +15,8 @@ import weakref
 import pytest
 
 from conftest import ROOT, linked_home, start_app
-from server.app_window import AppWindow, language, strings, unavailable
-from server.launcher import INSTANCE_FILE, running_instance
+from server.desktop.window import AppWindow, language, strings, unavailable
+from server.desktop.launcher import INSTANCE_FILE, running_instance
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Tests of the chat history: ConversationStore (server/conversations.py) and its routes
-(server/conversation_routes.py) on a minimal FastAPI app. No model, no engine.
+(server/routes/conversations.py) on a minimal FastAPI app. No model, no engine.
 
 What it is not: a test of the wiring in server/app.py (the lead wires the router there).
 """
@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from server import errors
-from server.conversation_routes import router
+from server.routes.conversations import router
 from server.conversations import (AUTO_TITLE_CHARS, MAX_CONTENT_BYTES, MAX_SETTINGS_BYTES, ConversationNotFound,
                                   ConversationStore, ConversationStoreError)
 

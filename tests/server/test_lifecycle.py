@@ -12,6 +12,7 @@ import pytest
 
 from conftest import TEST_CTX, ThreadServer
 from engine import Engine, EngineConfig
+from engine.speculative.params import MODES
 from server.app import create_app
 from server.runtime import load_engine
 from server.settings import Settings
@@ -45,6 +46,8 @@ def test_503_while_the_model_loads_then_ready(store):
         assert e.value.status_code == 503 and e.value.body["code"] == "model_loading"
         h = httpx.get(f"{srv.base}/health")
         assert h.status_code == 503 and h.json()["status"] == "loading"
+        assert h.json()["speculation"]["modes"] == list(MODES)  # the UI offers them while the model loads
+        assert httpx.get(f"{srv.base}/v1/system").json()["speculation"] is None  # the engine's facts: not yet
         gate.set()
         deadline = time.time() + 60
         while httpx.get(f"{srv.base}/health").status_code != 200 and time.time() < deadline:

@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from conftest import TEST_CTX
+from engine.speculative.params import MAX_BLOCK, MODES, SELECTORS
 
 MSG = [{"role": "user", "content": "Name three things a print shop sells."}]
 
@@ -146,3 +147,6 @@ def test_body_too_large_is_413(server):
 def test_health(server):
     r = httpx.get(f"{server.base}/health").json()
     assert r["status"] == "ready" and r["model"] == "smollm2" and r["engine"]["slots"] == 4
+    sp = r["speculation"]
+    assert (sp["modes"], sp["selectors"], sp["max_block"]) == (list(MODES), list(SELECTORS), MAX_BLOCK)
+    assert sp["default"] == "auto" and sp["exact"] is True and sp["exact_why"] and sp["enabled"] is True

@@ -100,6 +100,8 @@ def test_system_says_cpu_in_plain_words(srv):
     assert any(d["type"] == "cpu" for d in s["devices"]) and "CPU" in s["backends"]
     assert s["llama_cpp_version"] == "0.3.36"
     assert s["speculation"]["exact"] is True and s["speculation"]["enabled"] is True
+    health = get(srv, "/health").json()["speculation"]
+    assert s["speculation"].keys() == health.keys() and "exact_why" in health  # one spelling (server/speculation.py)
     assert s["model"] == {"status": "ready", "name": "smollm2"}
 
 

@@ -6,7 +6,8 @@ so a misspelled field is a 400 from the app's handler, not silently dropped. Sto
 block on an fsync, so they run in the threadpool, never on the event loop.
 
 What it is not: no generation (the UI calls /v1/chat/completions and then posts the
-answer here), no storage logic (limits and ordering live in the store), no auth (the
+answer here), no storage logic (limits and ordering live in the store), no error mapping
+(server/errors.py's table turns the store's errors into 400, 404 and 503), no auth (the
 app's middleware guards every /v1 route).
 
 Routes:
@@ -18,7 +19,7 @@ Routes:
     POST   /v1/conversations/{id}/messages        {role, content, meta?}    -> 201 message
     DELETE /v1/conversations/{id}/messages?after=SEQ                        -> {"id", "deleted": n}
 
-References: server/workorders/routes.py (the same shape over the audit log), server/errors.py.
+References: server/routes/workorders.py (the same shape over the audit log), server/errors.py.
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from server.conversations import MAX_TITLE_CHARS, ConversationNotFound, ConversationStore
-from server.errors import APIError
+from ..conversations import MAX_TITLE_CHARS, ConversationNotFound, ConversationStore, ConversationStoreError
 
 router = APIRouter(prefix="/v1/conversations")
 PAGE_LIMIT = 200  # a sidebar page; below the store's MAX_LIST_LIMIT so limit + 1 always fits
@@ -52,24 +52,15 @@ class MessageBody(BaseModel):
 
 def _store(request: Request) -> ConversationStore:
     store = getattr(request.app.state, "conversations", None)
-    if store is None:
-        raise APIError(503, "the chat history is unavailable (its file could not be opened; see the server log)",
-                       code="conversations_unavailable")
+    if store is None:  # the app kept why it could not open the file (server/app.py); a 503
+        raise ConversationStoreError(getattr(request.app.state, "conversations_error", None)
+                                     or "its file could not be opened; see the server log")
     return store
 
 
-def _not_found(e: ConversationNotFound) -> APIError:
-    return APIError(404, f"{e}; see GET /v1/conversations", code="conversation_not_found", param="id")
-
-
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run a store call off the event loop and map its errors to the API's JSON."""
-    try:
-        return await run_in_threadpool(fn, *args)
-    except ConversationNotFound as e:
-        raise _not_found(e) from None
-    except ValueError as e:  # size limits, bad seq: the client can fix the request
-        raise APIError(400, str(e), code="invalid_request") from None
+    """Run a store call off the event loop; its errors become API errors in server/errors.py."""
+    return await run_in_threadpool(fn, *args)
 
 
 @router.post("", status_code=201)
@@ -91,7 +82,7 @@ async def list_conversations(request: Request, q: str | None = None,
 async def get_conversation(conversation_id: str, request: Request):
     found = await _call(_store(request).get, conversation_id)
     if found is None:
-        raise _not_found(ConversationNotFound(conversation_id))
+        raise ConversationNotFound(conversation_id)
     return found
 
 

@@ -17,11 +17,11 @@ from sse_starlette.sse import EventSourceResponse
 from engine import EngineError
 from engine.json_schema import compile_response_format
 
-from . import openai_format as fmt
-from .bridge import collect, events_of, submit
-from .errors import APIError, from_engine
-from .runtime import Runtime
-from .schemas import ChatCompletionRequest, CompletionRequest
+from .. import openai_format as fmt
+from ..bridge import collect, events_of, submit
+from ..errors import APIError, from_engine
+from ..runtime import Runtime
+from ..schemas import ChatCompletionRequest, CompletionRequest
 
 router = APIRouter()
 

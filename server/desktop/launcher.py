@@ -5,7 +5,7 @@ free one, bound before anything else so nothing can take it in between), says in
 and on the console which hardware llama.cpp will use and why (never a silent CPU
 fallback), fetches the default model on the very first run if it is not there yet, opens
 the chat page as soon as the server accepts connections (the page shows "loading" until
-the model is ready), keeps a small window (server/app_window.py) with the address, the
+the model is ready), keeps a small window (server/desktop/window.py) with the address, the
 hardware and Quit, and stops cleanly from there, on Ctrl+C, SIGTERM or when the console
 closes. A second start for the same home opens the running one's page instead.
 
@@ -32,7 +32,7 @@ from engine.catalog import CATALOG, DEFAULT_MODEL
 from engine.errors import ModelNotFound
 from engine.store import ModelStore
 
-from .settings import Settings
+from ..settings import Settings
 
 log = logging.getLogger("flashdesk.app")
 
@@ -133,8 +133,8 @@ def run(home: str | None = None, port: int | None = None, model: str | None = No
 
     from engine.hardware import report
 
-    from . import app_window
-    from .app import create_app
+    from ..app import create_app
+    from . import window as app_window  # `window` is this function's flag
 
     settings = Settings(**{k: v for k, v in {"home": home, "model": model}.items() if v is not None})
     store = ModelStore(settings.home)

@@ -1,6 +1,6 @@
 """GET /v1/system: what hardware the model runs on (engine/hardware.py gathers the facts and
-a `reason` code the UI words in the reader's language), plus the served model and whether
-speculation is exact on this backend.
+a `reason` code the UI words in the reader's language), plus the served model and, once it
+is loaded, the same speculation facts as /health (server/speculation.py); null while loading.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from fastapi import APIRouter, Request
 from engine.hardware import report
 from engine.store import ModelStore
 
+from .. import speculation
+
 router = APIRouter()
 
 
@@ -17,12 +19,11 @@ router = APIRouter()
 def system(request: Request):
     settings = request.app.state.settings
     rt = request.app.state.runtime
-    eng = rt.engine if rt.status == "ready" else None
-    speculation = {"exact": eng.spec_exact, "why": eng.spec_exact_why, "enabled": eng.spec_enabled} if eng else None
+    eng = rt.engine if rt.status == "ready" else None  # read once: a switch may clear it meanwhile
     return {
         "object": "system",
         **report(rt.settings.threads),
         "model": {"status": rt.status, "name": rt.model.name if rt.model else None},
-        "speculation": speculation,
+        "speculation": speculation.facts(eng) if eng else None,
         "home": str(ModelStore(settings.home).home),  # where models, chats and the audit log live
     }

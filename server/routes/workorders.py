@@ -18,7 +18,7 @@ import datetime as dt
 import time
 from typing import Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
@@ -26,12 +26,12 @@ from starlette.concurrency import run_in_threadpool
 from engine import EngineError, InvalidRequest
 
 from .. import openai_format as fmt
-from ..audit import AuditLog, ParseRecord
+from ..audit import AuditLog, AuditLogError, ParseRecord
 from ..bridge import collect, submit
 from ..errors import APIError
 from ..schemas import Speculative
-from . import extract
-from .templates import Template, from_schema
+from ..workorders import extract
+from ..workorders.templates import Template, from_schema
 
 router = APIRouter(prefix="/v1/workorders")
 MAX_TEXT_CHARS = 50_000  # far beyond any context we serve; refuses megabytes before tokenizing them
@@ -57,9 +57,8 @@ def _state(request: Request):
 
 def _audit(request: Request) -> AuditLog:
     audit = _state(request).audit
-    if audit is None:
-        raise APIError(503, f"the work-order audit log could not be opened: {_state(request).audit_error}",
-                       code="audit_unavailable")
+    if audit is None:  # the app kept why it could not open the file (server/app.py); a 503
+        raise AuditLogError(_state(request).audit_error or "see the server log")
     return audit
 
 
@@ -139,34 +138,31 @@ async def template(name: str, request: Request):
     return found[name].detail()
 
 
-def _filters(template: str | None, needs_review: bool | None, status: str | None, since: str | None,
-             until: str | None, q: str | None) -> dict:
-    return dict(template=template, needs_review=needs_review, status=status, since=since, until=until, q=q)
+class Filters(BaseModel):
+    """The audit trail's filters, the same query parameters for the list and the export
+    (server/audit.py checks their values; a bad one is an AuditQueryError, a 400)."""
+
+    template: str | None = None
+    needs_review: bool | None = None
+    status: str | None = None  # one of audit.STATUSES
+    since: str | None = None  # ISO 8601 date or datetime
+    until: str | None = None
+    q: str | None = None  # a substring of the message
 
 
 @router.get("")
-async def list_parses(request: Request, template: str | None = None, needs_review: bool | None = None,
-                      status: str | None = None, since: str | None = None, until: str | None = None,
-                      q: str | None = None, limit: int = Query(50, ge=1, le=1000), offset: int = Query(0, ge=0)):
-    audit, where = _audit(request), _filters(template, needs_review, status, since, until, q)
-    try:
-        data = await run_in_threadpool(lambda: audit.list(**where, limit=limit, offset=offset))
-        total = await run_in_threadpool(lambda: audit.count(**where))
-    except ValueError as e:
-        raise InvalidRequest(str(e)) from None
+async def list_parses(request: Request, filters: Filters = Depends(), limit: int = Query(50, ge=1, le=1000),
+                      offset: int = Query(0, ge=0)):
+    audit, where = _audit(request), filters.model_dump()
+    data = await run_in_threadpool(lambda: audit.list(**where, limit=limit, offset=offset))
+    total = await run_in_threadpool(lambda: audit.count(**where))
     return {"object": "list", "data": data, "total": total, "limit": limit, "offset": offset}
 
 
 @router.get("/export")
-async def export(request: Request, format: Literal["csv", "jsonl"] = "csv", template: str | None = None,
-                 needs_review: bool | None = None, status: str | None = None, since: str | None = None,
-                 until: str | None = None, q: str | None = None):
-    audit = _audit(request)
-    try:
-        chunks = audit.export(format, **_filters(template, needs_review, status, since, until, q))
-        first = next(chunks, "")  # bad filters raise here, before the 200 is sent
-    except ValueError as e:
-        raise InvalidRequest(str(e)) from None
+async def export(request: Request, format: Literal["csv", "jsonl"] = "csv", filters: Filters = Depends()):
+    chunks = _audit(request).export(format, **filters.model_dump())
+    first = next(chunks, "")  # bad filters raise here, before the 200 is sent
 
     def body():
         yield first

@@ -19,9 +19,9 @@ from engine.catalog import CATALOG, DEFAULT_MODEL
 from engine.errors import EngineError, InvalidRequest
 from engine.store import InstalledModel, ModelStore
 
-from .errors import APIError
-from .jobs import Jobs
-from .runtime import Runtime
+from ..errors import APIError
+from ..jobs import Jobs
+from ..runtime import Runtime
 
 router = APIRouter(prefix="/v1/store")
 
