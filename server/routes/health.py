@@ -1,0 +1,31 @@
+"""GET /health: whether the model is loaded (200 ready, 503 loading or error), for launchers,
+the UI's status line and the tests.
+
+Open without an API key (server/security.py), so a launcher can wait for the server. Once
+ready it adds the model, the engine's load (`engine`), the context size and the speculation
+facts (server/speculation.py); the names a request may use are there from the start, so
+the UI can offer them while the model loads.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from .. import speculation
+from ..runtime import Runtime
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(request: Request):
+    rt: Runtime = request.app.state.runtime
+    eng = rt.engine if rt.status == "ready" else None  # read once: a switch may clear it meanwhile
+    body = {"status": rt.status}
+    if eng is not None:
+        body |= {"model": rt.model.name, "engine": eng.stats(), "n_ctx": eng.n_ctx}
+    body["speculation"] = speculation.facts(eng) if eng is not None else speculation.names()
+    if rt.error:
+        body["error"] = rt.error
+    return JSONResponse(body, status_code=200 if eng is not None else 503)

@@ -1,0 +1,36 @@
+"""The speculation names at the server's edge: the types that validate them, and what the
+server publishes about speculation, in one spelling for GET /health and GET /v1/system.
+
+The names (modes, selectors, the largest block) are engine/speculative/params.py's: the
+settings, the request schemas and the CLI take their types from here, and the UI builds its
+choices from `names()` in /health instead of keeping its own list. Once a model is loaded,
+the engine's facts join them: the drafters it has, its default mode, and whether
+speculation is exact on this backend (`exact`, the reason in `exact_why`) and on (`enabled`).
+
+What this is not: a route, or the decision to speculate (that is the engine's).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from engine import Engine
+from engine.speculative.params import MAX_BLOCK, MODES, SELECTORS
+
+# Literal[tuple] is Literal[*tuple]: pydantic then refuses anything else, listing the names.
+Mode = Literal[MODES]
+Selector = Literal[SELECTORS]
+
+
+def names() -> dict:
+    """The choices a request may send; they do not depend on the model."""
+    return {"modes": list(MODES), "selectors": list(SELECTORS), "max_block": MAX_BLOCK}
+
+
+def facts(engine: Engine) -> dict:
+    """`names()` plus what this loaded engine does with them."""
+    return names() | {
+        "drafters": sorted(engine.drafters), "default": engine.config.spec_mode,
+        "exact": engine.spec_exact, "exact_why": engine.spec_exact_why, "enabled": engine.spec_enabled,
+        "draft_error": engine.draft_error, "cost_curve": engine.cost_curve,
+    }
