@@ -1,7 +1,8 @@
 // Chat settings: model, system prompt, temperature, answer length and speculation.
 // The last choices are kept in this browser as the defaults for new chats, and each
 // conversation stores its own copy on the server (PATCH /v1/conversations/{id}), so
-// reopening a chat brings back how it was set up.
+// reopening a chat brings back how it was set up. The speculation modes are the server's
+// (GET /health, speculation.modes): this file keeps no list of its own.
 
 import { get, post } from "./api.js";
 import { h } from "./dom.js";
@@ -9,7 +10,23 @@ import { t } from "./i18n.js";
 
 const STORAGE_KEY = "flashdesk.chatSettings";
 export const DEFAULTS = { model: "", system: "", temperature: 0.7, max_tokens: 512, speculation: "auto" };
-const MODES = ["auto", "off", "dflash", "lookup"];
+let modes = null; // the server's speculation modes, once /health has answered
+let asked = null;
+
+/** The modes the server accepts (the same for its whole life), asked once; null while it cannot be reached. */
+function serverModes() {
+  asked ??= fetch("health", { cache: "no-store" }) // 503 while loading still names them
+    .then((res) => res.json())
+    .then((health) => (modes = health.speculation?.modes || null))
+    .catch(() => { asked = null; return null; }); // offline: ask again next time
+  return asked;
+}
+serverModes(); // now, so clean() knows them by the time a chat opens
+
+/** A known mode, or any string until the server has said which are known (a stored choice stays). */
+function knownMode(m) {
+  return modes ? modes.includes(m) : typeof m === "string" && m !== "";
+}
 
 export function savedDefaults() {
   try {
@@ -33,7 +50,7 @@ export function clean(settings) {
     system: typeof s.system === "string" ? s.system : "",
     temperature: Number.isFinite(temperature) ? Math.min(2, Math.max(0, temperature)) : DEFAULTS.temperature,
     max_tokens: Number.isFinite(maxTokens) ? Math.min(8192, Math.max(16, maxTokens)) : DEFAULTS.max_tokens,
-    speculation: MODES.includes(s.speculation) ? s.speculation : "auto",
+    speculation: knownMode(s.speculation) ? s.speculation : DEFAULTS.speculation,
   };
 }
 
@@ -71,8 +88,8 @@ export function settingsPanel(initial, { onChange, onSwitchModel, servedModel })
     changed();
   });
 
-  const spec = h("select", { id: "set-spec" },
-    MODES.map((m) => h("option", { value: m, selected: m === settings.speculation }, t(`chat.spec_${m}`))));
+  const spec = h("select", { id: "set-spec" });
+  fillModes(spec, settings.speculation);
   spec.addEventListener("change", () => { settings.speculation = spec.value; changed(); });
 
   return h("form", { class: "stack chat-settings-form", onsubmit: (e) => e.preventDefault() },
@@ -89,6 +106,22 @@ export function settingsPanel(initial, { onChange, onSwitchModel, servedModel })
       maxTokens.value = settings.max_tokens; spec.value = settings.speculation;
       changed();
     } }, t("chat.set_reset")));
+}
+
+/** The server's modes; until it answers, the default and the current choice (so nothing is lost). */
+async function fillModes(select, wanted) {
+  const options = (list, chosen) => select.replaceChildren(...list.map((m) => {
+    const key = `chat.spec_${m}`;
+    const label = t(key) === key ? m : t(key); // a mode newer than this UI's words shows its name
+    return h("option", { value: m, selected: m === chosen }, label);
+  }));
+  if (modes) return options(modes, wanted);
+  options([...new Set([DEFAULTS.speculation, wanted])], wanted);
+  const list = await serverModes();
+  if (!list) return;
+  const current = select.value; // the user may have chosen meanwhile
+  options(list, list.includes(current) ? current : DEFAULTS.speculation);
+  if (select.value !== current) select.dispatchEvent(new Event("change")); // the settings follow
 }
 
 /** Installed models from the store; the served one first. Falls back to /v1/models. */

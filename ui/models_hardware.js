@@ -81,13 +81,12 @@ function leadText(s, gpus, threadText) {
 
 /** Whether speculative decoding is on at all on this computer, for "Your computer". */
 function speculationFacts(health, system) {
-  const fromHealth = health?.status === "ready" ? health.speculation : null;
-  const sp = fromHealth ? { exact: fromHealth.exact, enabled: fromHealth.enabled, why: fromHealth.exact_why }
-    : system.speculation;
+  // The same facts in both answers (server/speculation.py); /health is polled, so fresher.
+  const sp = (health?.status === "ready" ? health.speculation : null) || system.speculation;
   if (!sp) return { text: t("models.speed_unknown"), cls: "muted", why: null };
-  if (sp.enabled && sp.exact) return { text: t("models.speed_on"), cls: "ok-text", why: sp.why };
-  if (sp.enabled) return { text: t("models.speed_on_inexact"), cls: "warn-text", why: sp.why };
-  return { text: t("models.speed_off"), cls: "warn-text", why: sp.why };
+  if (sp.enabled && sp.exact) return { text: t("models.speed_on"), cls: "ok-text", why: sp.exact_why };
+  if (sp.enabled) return { text: t("models.speed_on_inexact"), cls: "warn-text", why: sp.exact_why };
+  return { text: t("models.speed_off"), cls: "warn-text", why: sp.exact_why };
 }
 
 /** What the speed-up does right now for the served model `m` (a model card's "Speed-up now"), from /health. */

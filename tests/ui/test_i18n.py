@@ -52,3 +52,12 @@ def test_every_work_order_finding_has_words_in_both_languages():
     for lang in ("en", "zh-TW"):
         flags = {k.removeprefix("workorders.flag.") for k in strings(lang) if k.startswith("workorders.flag.")}
         assert sorted(CODES - flags) == [], lang
+
+
+def test_every_speculation_mode_has_words_in_both_languages():
+    """The chat settings take the modes from /health (engine/speculative/params.py), not from a
+    list of their own; each needs its label (chat.spec_<mode>), or the picker shows the bare name."""
+    from engine.speculative.params import MODES
+
+    for lang in ("en", "zh-TW"):
+        assert sorted(m for m in MODES if f"chat.spec_{m}" not in strings(lang)) == [], lang
