@@ -26,7 +26,7 @@ from bench.common import dev_prompts, drop_callers_settings, test_home  # noqa: 
 drop_callers_settings()  # before the engine loads: it reads FLASHDESK_LLAMA_BUILD
 
 from engine import Completion, Engine, EngineConfig, SamplingParams  # noqa: E402
-from engine.speculative.params import SpecParams  # noqa: E402
+from engine.speculative.params import SELECTORS, SpecParams  # noqa: E402
 from engine.store import ModelStore, no_progress  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
@@ -49,7 +49,7 @@ def main() -> int:
     ap.add_argument("--draft", help="a DFlash 2 draft GGUF (default: a random one)")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--blocks", default="2,4,8")
-    ap.add_argument("--selectors", default="walk,viterbi,dp,top1")
+    ap.add_argument("--selectors", default=",".join(SELECTORS))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "invariance.json"))
     a = ap.parse_args()

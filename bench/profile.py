@@ -31,7 +31,7 @@ sys.path[:0] = [str(ROOT)]
 from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
 from engine.llama.context import Context, ContextConfig  # noqa: E402
 from engine.llama.model import Model  # noqa: E402
-from engine.speculative.params import SpecParams  # noqa: E402
+from engine.speculative.params import SELECTORS, SpecParams  # noqa: E402
 from engine.speculative.verify import target_logits  # noqa: E402
 from gguf_tools.dflash_draft import write_random_draft  # noqa: E402
 
@@ -125,7 +125,7 @@ def main() -> int:
                                                draft=draft))
     modes = {"plain": SpecParams(mode="off"), "lookup B=8": SpecParams(mode="lookup", block=8)}
     if "dflash" in eng.drafters:
-        for sel in ("walk", "viterbi", "dp", "top1"):
+        for sel in SELECTORS:
             modes[f"dflash-{sel} B=8"] = SpecParams(mode="dflash", selector=sel, block=8)
         modes["dflash-walk B=4"] = SpecParams(mode="dflash", selector="walk", block=4)
     modes["auto"] = SpecParams(mode="auto")
