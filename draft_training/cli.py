@@ -75,9 +75,9 @@ def run(a) -> int:
         return 2
     from tqdm import tqdm
 
-    from gguf_tools.llama_facts import CAPTURE_ARCHS
     from engine.store import ModelStore
-    from gguf_tools.dflash_draft import default_target_layers, read_metadata
+    from gguf_tools import check_gguf
+    from gguf_tools.dflash import capture_refusal, default_target_layers
 
     from .card import model_card
     from .data import CaptureConfig, capture
@@ -87,12 +87,11 @@ def run(a) -> int:
 
     store = ModelStore(a.home)
     target = store.resolve(a.target)
-    meta = read_metadata(target.path, ("general.architecture", f"{target.architecture}.block_count"))
     arch = target.architecture
-    if arch not in CAPTURE_ARCHS:
-        print(f"error: {target.name} is a {arch!r} model; this llama.cpp cannot publish its layer inputs, so no "
-              f"DFlash 2 draft can run on it (supported: {', '.join(sorted(CAPTURE_ARCHS))}). HINT: use prompt "
-              "lookup (`--speculative lookup`) for this model.", file=sys.stderr)
+    why = capture_refusal(arch)
+    if why:
+        print(f"error: {target.name}: {why}. HINT: use prompt lookup (`--speculative lookup`) for this model.",
+              file=sys.stderr)
         return 2
     work = Path(a.work) if a.work else store.home / "train" / target.name
     if work.exists() and any(work.iterdir()) and not a.resume:
@@ -100,7 +99,7 @@ def run(a) -> int:
               file=sys.stderr)
         return 2
     work.mkdir(parents=True, exist_ok=True)
-    taps = default_target_layers(int(meta[f"{arch}.block_count"].value))
+    taps = default_target_layers(int(check_gguf(target.path).metadata[f"{arch}.block_count"]))
     prompts = builtin_prompts(a.builtin, seed=a.seed) + file_prompts(a.prompts)
 
     print(f"1/3 data: {target.name} answers {len(prompts)} prompts ({a.tokens} answer tokens at most), "

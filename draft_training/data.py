@@ -36,7 +36,7 @@ from engine.llama.chat_template import ChatTemplate
 from engine.llama.context import Context, ContextConfig
 from engine.llama.model import Model
 from engine.llama import ext
-from gguf_tools.llama_facts import CAPTURE_ARCHS
+from gguf_tools.dflash import capture_refusal
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -162,10 +162,9 @@ def capture(target_path: str | os.PathLike, prompts: list[dict], out: str | os.P
     out.mkdir(parents=True, exist_ok=True)
     target = Model(target_path)
     try:
-        arch = target.info.architecture
-        if arch not in CAPTURE_ARCHS:
-            raise CaptureRefused(f"target architecture {arch!r} cannot publish layer inputs in this llama.cpp, so "
-                                 f"no DFlash 2 draft can be trained for it (supported: {', '.join(sorted(CAPTURE_ARCHS))}).")
+        why = capture_refusal(target.info.architecture)
+        if why:
+            raise CaptureRefused(f"{why}; none can be trained for it.")
         bad = [t for t in cfg.target_layers if not 0 <= t < target.info.n_layer]
         if bad:
             raise CaptureRefused(f"tap ids {bad} are outside the target's {target.info.n_layer} layers")

@@ -1,7 +1,7 @@
 """The DFlash 2 draft in PyTorch: what llama.cpp's `dflash` graph computes, trainable.
 
 What it is: `DFlashDraft`, whose parameters carry the GGUF tensor names and NumPy shapes
-of `gguf_tools.dflash_draft.tensor_shapes` (so export is a copy), and whose forward
+of `gguf_tools.dflash.tensor_shapes` (so export is a copy), and whose forward
 follows the pinned llama.cpp `src/models/dflash.cpp` op by op:
 - KV injection: g = rms(fc(features)) * enc.output_norm; per layer K = rope(k_norm(W_k g)),
   V = W_v g (no attn_norm on the injected rows);
@@ -16,7 +16,7 @@ follows the pinned llama.cpp `src/models/dflash.cpp` op by op:
 RoPE is NEOX style (pairs i, i + d/2), as llama.cpp applies it for this architecture.
 The optional `DraftConfig` settings (sliding window per layer, embedding / attention / value /
 logit scales, logit soft-capping, GELU) are applied where dflash.cpp applies them (see
-gguf_tools/dflash_draft.py's module doc); with their defaults the forward is the plain one.
+gguf_tools/dflash/write.py's module doc); with their defaults the forward is the plain one.
 
 Features are scaled per channel by a fixed `feat_scale` before `fc` (SmolLM2's deep taps
 carry massive activations): export folds it into `fc.weight`, so llama.cpp sees plain fc.
@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from gguf_tools.dflash_draft import DraftConfig, tensor_shapes
+from gguf_tools.dflash import DraftConfig, tensor_shapes
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gguf_tools.dflash_draft import DraftConfig, random_tensors, write_dflash_draft
+from gguf_tools.dflash import DraftConfig, random_tensors, write_dflash_draft
 
 from .batches import anchors_of, make_batch, sample_batch
 from .data import Shards

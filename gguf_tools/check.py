@@ -4,6 +4,9 @@ Walks the header, metadata and tensor table with every count, length, offset and
 size bounds-checked against caps and the file size, so a truncated or hostile file
 fails fast with one clear error instead of making a reader allocate gigabytes or
 llama.cpp read out of bounds. Type tables come from the `gguf` package.
+The one metadata walker of gguf_tools: arrays come back as their length unless the
+caller names them (`arrays=`), so the common call stays cheap on a 49k vocabulary while
+a draft's taps or a tokenizer to copy come back whole from the same bounds-checked walk.
 Not a full reader: it returns a summary (`GGUFSummary`), not tensor data.
 
 Reference: the GGUF specification (ggml docs/gguf.md), versions 2 and 3.
@@ -56,7 +59,11 @@ class GGUFSummary:
     path: str
     version: int
     file_size: int
-    metadata: dict = field(default_factory=dict)  # scalars and strings; arrays as their length
+    # scalars and strings (str); an array as its length, or whole if asked for: a list of
+    # numbers, or of bytes for strings (token texts are bytes to llama.cpp, not always UTF-8)
+    metadata: dict = field(default_factory=dict)
+    # key -> (value type, item type of an array or None): what a writer needs to copy a key unchanged
+    types: dict[str, tuple[GGUFValueType, GGUFValueType | None]] = field(default_factory=dict)
     tensors: list[TensorEntry] = field(default_factory=list)
 
     @property
@@ -78,29 +85,27 @@ class _Cursor:
     def unpack(self, fmt: str, what: str):
         return struct.unpack(fmt, self.take(struct.calcsize(fmt), what))[0]
 
+    def raw_string(self, what: str) -> bytes:
+        n = self.unpack("<Q", what)
+        if n > MAX_STRING:
+            raise GGUFFormatError("string_too_long", f"{what} claims {n} bytes (limit {MAX_STRING})")
+        return self.take(n, what)
+
     def string(self, what: str) -> str:
-        n = self.unpack("<Q", what)
-        if n > MAX_STRING:
-            raise GGUFFormatError("string_too_long", f"{what} claims {n} bytes (limit {MAX_STRING})")
-        return self.take(n, what).decode("utf-8", errors="replace")
-
-    def skip_string(self, what: str) -> None:
-        n = self.unpack("<Q", what)
-        if n > MAX_STRING:
-            raise GGUFFormatError("string_too_long", f"{what} claims {n} bytes (limit {MAX_STRING})")
-        self.take(n, what)
+        return self.raw_string(what).decode("utf-8", errors="replace")
 
 
-def _value(cur: _Cursor, vtype: int, key: str):
+def _value(cur: _Cursor, vtype: int, key: str, whole: bool):
+    """(value, value type, item type) of one metadata value; an array is its length unless `whole`."""
     try:
         t = GGUFValueType(vtype)
     except ValueError:
         raise GGUFFormatError("bad_value_type", f"key {key!r} has unknown value type {vtype}") from None
     if t in _SCALARS:
-        return cur.unpack(_SCALARS[t], f"value of {key!r}")
+        return cur.unpack(_SCALARS[t], f"value of {key!r}"), t, None
     if t == GGUFValueType.STRING:
-        return cur.string(f"value of {key!r}")
-    # ARRAY: element type, count, elements. Kept as its length only.
+        return cur.string(f"value of {key!r}"), t, None
+    # ARRAY: element type, count, elements
     etype = cur.unpack("<I", f"array type of {key!r}")
     count = cur.unpack("<Q", f"array length of {key!r}")
     if count > MAX_ARRAY:
@@ -108,17 +113,24 @@ def _value(cur: _Cursor, vtype: int, key: str):
     if etype == GGUFValueType.ARRAY:
         raise GGUFFormatError("nested_array", f"array {key!r} nests arrays, which llama.cpp does not read")
     if etype in _SCALARS:
-        cur.take(count * struct.calcsize(_SCALARS[GGUFValueType(etype)]), f"array {key!r}")
-    elif etype == GGUFValueType.STRING:
-        for _ in range(count):
-            cur.skip_string(f"item of array {key!r}")
-    else:
-        raise GGUFFormatError("bad_value_type", f"array {key!r} has unknown item type {etype}")
-    return count
+        fmt = _SCALARS[GGUFValueType(etype)]
+        data = cur.take(count * struct.calcsize(fmt), f"array {key!r}")  # bounds-checked before unpacking
+        return (list(struct.unpack(f"<{count}{fmt[1]}", data)) if whole else count), t, GGUFValueType(etype)
+    if etype == GGUFValueType.STRING:
+        # every item is read (and bounds-checked) either way; keeping them costs one list
+        what = f"item of array {key!r}"
+        items = [cur.raw_string(what) for _ in range(count)]
+        return (items if whole else count), t, GGUFValueType(etype)
+    raise GGUFFormatError("bad_value_type", f"array {key!r} has unknown item type {etype}")
 
 
-def check_gguf(path: str | os.PathLike) -> GGUFSummary:
-    """Validate `path` and summarise it; raises GGUFFormatError or OSError."""
+def check_gguf(path: str | os.PathLike, arrays: tuple[str, ...] = ()) -> GGUFSummary:
+    """Validate `path` and summarise it; raises GGUFFormatError or OSError.
+
+    `arrays`: keys, or key prefixes (`"tokenizer.ggml."`), whose arrays come back whole
+    instead of as their length.
+    """
+    arrays = tuple(arrays)
     path = os.fspath(path)
     size = os.path.getsize(path)
     if size < 24:
@@ -139,7 +151,9 @@ def check_gguf(path: str | os.PathLike) -> GGUFSummary:
             key = cur.string(f"metadata key #{i}")
             if key in out.metadata:
                 raise GGUFFormatError("duplicate_key", f"metadata key {key!r} appears twice")
-            out.metadata[key] = _value(cur, cur.unpack("<I", f"type of {key!r}"), key)
+            whole = bool(arrays) and key.startswith(arrays)
+            value, vtype, itype = _value(cur, cur.unpack("<I", f"type of {key!r}"), key, whole)
+            out.metadata[key], out.types[key] = value, (vtype, itype)
         for i in range(n_tensors):
             out.tensors.append(_tensor_info(cur, i))
         align = out.metadata.get("general.alignment", DEFAULT_ALIGNMENT)

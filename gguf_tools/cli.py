@@ -92,7 +92,7 @@ def cmd_convert_draft(a) -> int:
     from tqdm import tqdm
 
     from .convert.errors import ConvertError
-    from .convert_draft import convert_draft
+    from .dflash.convert import convert_draft
 
     bar = tqdm(total=0, unit="B", unit_scale=True, desc="convert-draft", file=sys.stderr, disable=a.json or None)
 

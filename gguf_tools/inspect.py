@@ -8,7 +8,8 @@ draft with the model. `format_report` turns the dict into a short block of text.
 The file is validated by `check_gguf` first (every count, size and offset bounds-checked),
 so a broken file raises GGUFFormatError before anything here trusts it. Nothing is loaded
 into llama.cpp: this module must stay importable without llama_cpp or the engine.
-Not a validator of drafts against a target (engine/speculative/drafters/dflash.py does that).
+Not a validator of drafts against a target (gguf_tools/dflash/format.py `fits`, which the
+engine's drafters/dflash_fit.py calls).
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ import os
 from collections import defaultdict
 
 from .check import GGUFSummary, check_gguf
-from .dflash_draft import read_metadata
-from .llama_facts import CAPTURE_ARCHS
+from .dflash.format import ARCH as DRAFT_ARCH, CAPTURE_ARCHS, TOKENS_KEY
 
-DRAFT_ARCH = "dflash"
 N_LARGEST = 5
 # Integer tensors (a draft's d2t map, say) hold indices, not weights: not parameters.
 _INDEX_TYPES = {"I8", "I16", "I32", "I64"}
@@ -43,7 +42,7 @@ def file_type_name(file_type: int | None) -> str | None:
 
 
 def _plain(v):
-    """A metadata value as JSON-ready data (strings arrive as bytes from read_metadata)."""
+    """A metadata value as JSON-ready data (check_gguf gives the items of string arrays as bytes)."""
     if isinstance(v, bytes):
         return v.decode("utf-8", errors="replace")
     if isinstance(v, list):
@@ -51,10 +50,10 @@ def _plain(v):
     return v
 
 
-def _typed_prefix(path: str, prefix: str) -> dict:
-    """`prefix*` keys with arrays kept whole: check_gguf keeps arrays only as their length,
-    and a per-layer head count (or a draft's target_layers) must not read as a number."""
-    return {k.removeprefix(prefix): _plain(m.value) for k, m in read_metadata(path, (prefix,)).items()}
+def _prefixed(meta: dict, prefix: str) -> dict:
+    """`prefix*` keys without the prefix; arrays are whole (a per-layer head count, or a draft's
+    target_layers, must not read as a number)."""
+    return {k.removeprefix(prefix): _plain(v) for k, v in meta.items() if k.startswith(prefix)}
 
 
 def _tensor_stats(s: GGUFSummary) -> tuple[int, dict, list]:
@@ -86,12 +85,14 @@ def _quantization(meta: dict, types: dict) -> tuple[str | None, bool]:
 def inspect_gguf(path: str | os.PathLike) -> dict:
     """Describe a GGUF file; raises GGUFFormatError (broken file) or OSError (unreadable)."""
     path = os.fspath(path)
-    s = check_gguf(path)
+    # every array whole: one walk, and keeping them costs little over reading them (check.py)
+    s = check_gguf(path, arrays=("",))
     meta = s.metadata
     arch = s.architecture
     n_params, types, largest = _tensor_stats(s)
     quant, guessed = _quantization(meta, types)
-    hp = _typed_prefix(path, f"{arch}.") if isinstance(arch, str) and arch else {}
+    hp = _prefixed(meta, f"{arch}.") if isinstance(arch, str) and arch else {}
+    tokens = meta.get(TOKENS_KEY)
     template = meta.get("tokenizer.chat_template")
     is_draft = arch == DRAFT_ARCH
     if is_draft:
@@ -126,7 +127,7 @@ def inspect_gguf(path: str | os.PathLike) -> dict:
         "tokenizer": {
             "model": meta.get("tokenizer.ggml.model"),
             "pre": meta.get("tokenizer.ggml.pre"),
-            "vocab_size": meta.get("tokenizer.ggml.tokens"),  # check_gguf keeps the array's length
+            "vocab_size": len(tokens) if isinstance(tokens, list) else None,
             "special_tokens": {short: meta.get(f"tokenizer.ggml.{key}") for short, key in _SPECIAL.items()},
         },
         "is_dflash_draft": is_draft,

@@ -27,7 +27,7 @@ from engine.llama.model import Model  # noqa: E402
 from engine.llama import ext  # noqa: E402
 from engine.speculative.drafters.dflash import DFlashDrafter  # noqa: E402
 from engine.speculative.drafters.base import SeqView  # noqa: E402
-from gguf_tools.dflash_draft import DraftConfig, random_tensors, write_dflash_draft  # noqa: E402
+from gguf_tools.dflash import DraftConfig, random_tensors, write_dflash_draft  # noqa: E402
 
 WIDTH = 8  # anchor + 7 slots
 
@@ -54,7 +54,7 @@ def llama_lattice(model_path, draft_path, cfg, text, anchor_text):
         feats = np.concatenate([tap[rows] for tap in taps], axis=1)  # [P, n_enc]
         drafter.observe([(0, i, r) for i, r in enumerate(rows)])
         anchor = target.tokenize(anchor_text, add_bos=False)[0]
-        lat = drafter.propose([SeqView(0, toks + [anchor], len(toks))], WIDTH - 1, 0.0)[0].stats["lattice"]
+        lat = drafter.propose([SeqView(0, toks + [anchor], len(toks))], WIDTH - 1)[0].lattice.rows
         return np.array(lat[:WIDTH]), feats, toks, anchor
     finally:
         drafter.close()

@@ -6,6 +6,7 @@ import struct
 import time
 
 import pytest
+from gguf import GGUFValueType
 from tiny_gguf import write_valid
 
 from gguf_tools import GGUFFormatError, check_gguf
@@ -30,6 +31,20 @@ def test_valid_file_and_the_real_model_pass(tmp_path, model_path):
     assert s.architecture == "llama" and len(s.tensors) == 2 and s.metadata["tokenizer.ggml.tokens"] == 3
     real = check_gguf(model_path)
     assert real.architecture == "llama" and len(real.tensors) == 272
+
+
+def test_arrays_come_back_whole_only_when_asked(tmp_path, model_path):
+    write_valid(tmp_path / "ok.gguf")
+    whole = check_gguf(tmp_path / "ok.gguf", arrays=("tokenizer.",))
+    assert whole.metadata["tokenizer.ggml.tokens"] == [b"a", b"b", b"c"]  # token texts stay bytes
+    assert whole.metadata["general.name"] == "tiny" and whole.metadata["llama.block_count"] == 1
+    assert whole.types["tokenizer.ggml.tokens"] == (GGUFValueType.ARRAY, GGUFValueType.STRING)
+    assert whole.types["llama.block_count"] == (GGUFValueType.UINT32, None)
+    real = check_gguf(model_path, arrays=("tokenizer.ggml.token_type", "tokenizer.ggml.tokens"))
+    assert len(real.metadata["tokenizer.ggml.tokens"]) == 49152 and real.metadata["tokenizer.ggml.tokens"][2] == \
+        b"<|im_end|>"
+    assert real.metadata["tokenizer.ggml.token_type"][:3] == [3, 3, 3]  # control tokens
+    assert real.metadata["tokenizer.ggml.merges"] == 48900  # not asked for: its length
 
 
 def _valid_bytes(tmp_path) -> bytes:
@@ -62,13 +77,14 @@ HOSTILE = {
 REASONS = {"truncated_header": "truncated", "truncated_data": "truncated", "huge_tensor": "truncated"}
 
 
+@pytest.mark.parametrize("arrays", [(), ("",)], ids=["lengths", "whole"])
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_files_fail_cleanly_and_fast(tmp_path, name):
+def test_hostile_files_fail_cleanly_and_fast(tmp_path, name, arrays):
     path = tmp_path / f"{name}.gguf"
     path.write_bytes(HOSTILE[name](_valid_bytes(tmp_path)))
     t0 = time.perf_counter()
     with pytest.raises(GGUFFormatError) as e:
-        check_gguf(path)
+        check_gguf(path, arrays=arrays)
     assert time.perf_counter() - t0 < 1.0
     assert e.value.reason == REASONS.get(name, name)
 

@@ -23,11 +23,12 @@ import pytest
 from gguf import GGUFReader
 from safetensors.numpy import save_file as save_numpy
 
-import gguf_tools.convert_draft as cd
+import gguf_tools.dflash.convert as cd
+from gguf_tools import check_gguf
 from gguf_tools.cli import add_parsers
 from gguf_tools.convert.errors import ConvertError
-from gguf_tools.convert_draft import convert_draft
-from gguf_tools.dflash_draft import DraftConfig, random_tensors, read_metadata
+from gguf_tools.dflash import DraftConfig, random_tensors
+from gguf_tools.dflash.convert import convert_draft
 
 WIDTH = 8  # anchor + 7 slots, as tests/draft_training/test_parity.py
 _GLOBAL = {"fc.weight": "fc.weight", "enc.output_norm.weight": "hidden_norm.weight",
@@ -209,10 +210,10 @@ def test_published_dflash2_converts_to_the_torch_drafts_lattice(model_path, cfg,
     assert set(stored) == set(weights)
     for k, v in weights.items():
         np.testing.assert_allclose(stored[k].astype(np.float32).reshape(v.shape), v, rtol=0, atol=1e-7, err_msg=k)
-    meta = read_metadata(r.path, ("dflash.", "tokenizer.ggml.mask_token_id"))
-    assert tuple(meta["dflash.target_layers"].value) == cfg.target_layers
-    assert meta["dflash.block_size"].value == WIDTH and meta["dflash.selector_top_k"].value == cfg.selector_top_k
-    assert meta["tokenizer.ggml.mask_token_id"].value == cfg.mask_token_id
+    meta = check_gguf(r.path, arrays=("dflash.",)).metadata
+    assert tuple(meta["dflash.target_layers"]) == cfg.target_layers
+    assert meta["dflash.block_size"] == WIDTH and meta["dflash.selector_top_k"] == cfg.selector_top_k
+    assert meta["tokenizer.ggml.mask_token_id"] == cfg.mask_token_id
     assert not {"dflash.attention.sliding_window", "dflash.logit_scale", "dflash.final_logit_softcapping",
                 "dflash.embedding_scale", "dflash.attention.value_scale", "dflash.hidden_activation"} & set(meta)
 
@@ -254,13 +255,13 @@ def test_published_options_convert_to_the_torch_drafts_lattice(model_path, cfg, 
     hf = tmp_path / "Tiny-DFlash2-swa"
     publish(draft, options_config(cfg), hf)
     r = convert_draft(hf, model_path)
-    meta = read_metadata(r.path, ("dflash.",))
-    assert meta["dflash.attention.sliding_window"].value == 6
-    assert meta["dflash.attention.sliding_window_pattern"].value == [True, False]
-    assert meta["dflash.hidden_activation"].value == b"gelu_pytorch_tanh"
+    meta = check_gguf(r.path, arrays=("dflash.",)).metadata
+    assert meta["dflash.attention.sliding_window"] == 6
+    assert meta["dflash.attention.sliding_window_pattern"] == [True, False]
+    assert meta["dflash.hidden_activation"] == "gelu_pytorch_tanh"
     for key, want in [("logit_scale", 0.196), ("final_logit_softcapping", 2.5), ("embedding_scale", 3.0),
                       ("attention.value_scale", 0.6)]:
-        assert meta[f"dflash.{key}"].value == pytest.approx(want, rel=1e-6), key
+        assert meta[f"dflash.{key}"] == pytest.approx(want, rel=1e-6), key
 
     text = "Order 31: sixty banners, glossy, by Monday to the depot in Lyon, and forty flags by Friday for"
     got, feats, toks, anchor = llama_lattice(model_path, r.path, ocfg, text, " the")
@@ -335,9 +336,9 @@ def test_use_swa_slides_every_layer(f32_ckpt, model_path, tmp_path):
     """DFlash's own switch (dflash_config.use_swa + swa_window_size) puts the window on every layer."""
     r = convert_draft(variant(tmp_path, f32_ckpt[0], lambda c: c["dflash_config"].update(
         use_swa=True, swa_window_size=2048)), model_path, tmp_path / "d.gguf")
-    meta = read_metadata(r.path, ("dflash.attention.sliding",))
-    assert meta["dflash.attention.sliding_window"].value == 2048
-    assert meta["dflash.attention.sliding_window_pattern"].value == [True, True]
+    meta = check_gguf(r.path, arrays=("dflash.",)).metadata
+    assert meta["dflash.attention.sliding_window"] == 2048
+    assert meta["dflash.attention.sliding_window_pattern"] == [True, True]
 
 
 def test_missing_unknown_and_misshapen_tensors_are_refused(f32_ckpt, model_path, tmp_path):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from gguf import GGUFWriter
 
-from gguf_tools import CAPTURE_ARCHS, GGUFFormatError, format_report, inspect_gguf
-from gguf_tools.dflash_draft import read_metadata
+from gguf_tools import GGUFFormatError, check_gguf, format_report, inspect_gguf
+from gguf_tools.dflash import CAPTURE_ARCHS
 
 ROOT = Path(__file__).resolve().parents[2]
 DRAFT = ROOT / "engine" / "drafts" / "smollm2-dflash2.gguf"
@@ -66,9 +66,9 @@ def test_real_model_types_quantization_and_pairing(report, model_path):
 
 def test_shipped_draft_shows_its_dflash_keys():
     r = inspect_gguf(DRAFT)
-    meta = read_metadata(DRAFT, ("dflash.",))
+    meta = check_gguf(DRAFT, arrays=("dflash.target_layers",)).metadata
     assert r["is_dflash_draft"] and r["architecture"] == "dflash" and not r["can_pair_dflash_draft"]
-    assert r["dflash"]["target_layers"] == list(meta["dflash.target_layers"].value)
+    assert r["dflash"]["target_layers"] == meta["dflash.target_layers"]
     assert r["dflash"]["block_size"] == 8 and r["dflash"]["selector_top_k"] == 16
     assert r["dflash"]["attention.causal"] is False
     # the d2t index map (I64) is not counted as parameters

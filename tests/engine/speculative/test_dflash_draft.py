@@ -9,8 +9,8 @@ import pytest
 from engine.llama.model import Model
 from engine.llama import ext
 from gguf_tools import check_gguf
-from gguf_tools.dflash_draft import (DraftConfig, default_target_layers, pick_mask_token, random_tensors,
-                                     read_metadata, tensor_shapes, write_dflash_draft, write_random_draft)
+from gguf_tools.dflash import (DraftConfig, default_target_layers, pick_mask_token, random_tensors, tensor_shapes,
+                               write_dflash_draft, write_random_draft)
 
 
 @pytest.fixture(scope="module")
@@ -21,9 +21,9 @@ def cfg(model_path) -> DraftConfig:
 def test_default_taps_and_mask_token(model_path, cfg):
     assert default_target_layers(30) == (2, 9, 15, 21, 28)
     assert all(t < 8 for t in default_target_layers(8))
-    meta = read_metadata(model_path, ("tokenizer.",))
+    meta = check_gguf(model_path, arrays=("tokenizer.",)).metadata
     assert pick_mask_token(meta) == 16  # "<empty_output>": a control token SmolLM2 chat never uses
-    assert meta["tokenizer.ggml.tokens"].value[16] == b"<empty_output>"
+    assert meta["tokenizer.ggml.tokens"][16] == b"<empty_output>"
     assert (cfg.n_embd, cfg.n_vocab, cfg.target_n_layer) == (576, 49152, 30)
     assert cfg.target_layers == (2, 9, 15, 21, 28) and cfg.mask_token_id == 16
 
@@ -97,8 +97,9 @@ def test_options_write_their_keys_and_defaults_write_none(tmp_path, model_path, 
     from dataclasses import replace
     tensors = random_tensors(cfg, seed=2)
     write_dflash_draft(tmp_path / "a.gguf", cfg, tensors, model_path)
-    meta = read_metadata(tmp_path / "a.gguf", ("dflash.",))
-    assert not [k for k in meta if "sliding" in k or "scale" in k or "softcap" in k or "activation" in k]
+    meta = check_gguf(tmp_path / "a.gguf").metadata
+    assert not [k for k in meta if k.startswith("dflash.") and any(w in k for w in ("sliding", "scale", "softcap",
+                                                                                        "activation"))]
     explicit = replace(cfg, sliding_window=0, swa_layers=(), logit_scale=None, final_logit_softcapping=None,
                        embedding_scale=None, attention_scale=None, attention_value_scale=None, hidden_act="silu")
     write_dflash_draft(tmp_path / "b.gguf", explicit, tensors, model_path)
@@ -107,10 +108,9 @@ def test_options_write_their_keys_and_defaults_write_none(tmp_path, model_path, 
     opt = replace(cfg, sliding_window=512, swa_layers=(False, True), logit_scale=0.25, final_logit_softcapping=30.0,
                   embedding_scale=2.0, attention_scale=0.1, attention_value_scale=0.5, hidden_act="gelu")
     write_dflash_draft(tmp_path / "c.gguf", opt, tensors, model_path)
-    meta = check_gguf(tmp_path / "c.gguf").metadata
+    meta = check_gguf(tmp_path / "c.gguf", arrays=("dflash.attention.sliding_window_pattern",)).metadata
     assert meta["dflash.attention.sliding_window"] == 512
-    assert read_metadata(tmp_path / "c.gguf", ("dflash.attention.sliding_window_pattern",))[
-        "dflash.attention.sliding_window_pattern"].value == [False, True]
+    assert meta["dflash.attention.sliding_window_pattern"] == [False, True]
     for key, want in [("logit_scale", 0.25), ("final_logit_softcapping", 30.0), ("embedding_scale", 2.0),
                       ("attention.scale", 0.1), ("attention.value_scale", 0.5)]:
         assert meta[f"dflash.{key}"] == pytest.approx(want), key

@@ -13,7 +13,8 @@ from tiny_gguf import add_one_block
 from engine.errors import ModelLoadError
 from engine.llama.model import Model
 from engine.speculative.drafters.dflash import DFlashDrafter, DraftRefused
-from gguf_tools.dflash_draft import DraftConfig, random_tensors, read_metadata, write_dflash_draft, write_random_draft
+from gguf_tools import check_gguf
+from gguf_tools.dflash import DraftConfig, random_tensors, write_dflash_draft, write_random_draft
 
 
 @pytest.fixture(scope="module")
@@ -24,13 +25,15 @@ def target(model_path):
 
 
 def copy_tokenizer(w: GGUFWriter, model_path, edit: dict[int, bytes] | None = None) -> None:
-    for key, meta in read_metadata(model_path, ("tokenizer.ggml.",)).items():
-        value = meta.value
+    s = check_gguf(model_path, arrays=("tokenizer.ggml.",))
+    for key, value in s.metadata.items():
+        if not key.startswith("tokenizer.ggml."):
+            continue
         if key == "tokenizer.ggml.tokens" and edit:
             value = list(value)
             for i, text in edit.items():
                 value[i] = text
-        w.add_key_value(key, value, meta.vtype, meta.sub_type)
+        w.add_key_value(key, value, *s.types[key])
 
 
 def write_tiny_qwen2(path, model_path) -> None:

@@ -1,6 +1,6 @@
 """config.json of a published DFlash 2 checkpoint -> `DraftConfig`, checked against the target GGUF.
 
-What it is: the reading and refusing half of `convert_draft` (convert_draft.py does the
+What it is: the reading and refusing half of `convert_draft` (convert.py does the
 tensors). Settings are read from `dflash_config` first, then the top level of config.json, as
 the published z-lab/dflash model code reads them; `dflash.target_layers` = HF
 `target_layer_ids` + 1 (llama.cpp captures a layer's *input* = the HF layer's output), as the
@@ -27,11 +27,10 @@ import json
 import math
 from pathlib import Path
 
-from .check import GGUFFormatError, check_gguf
-from .convert.errors import ConvertError
-from .convert.hf_config import model_name
-from .dflash_draft import DraftConfig
-from .llama_facts import CAPTURE_ARCHS
+from ..check import GGUFFormatError, check_gguf
+from ..convert.errors import ConvertError
+from ..convert.hf_config import model_name
+from .format import DraftConfig, capture_refusal
 
 SUPPORTED_CLASSES = ("DFlash2DraftModel",)
 _HINT_OTHER = ("HINT: convert it with llama.cpp's own convert_hf_to_gguf.py (--target-model-dir), or train a "
@@ -147,9 +146,9 @@ def draft_config(cfg: dict, hf_dir: Path, target: Path) -> DraftConfig:
         raise ConvertError(f"the target {target} is not a readable GGUF: {e}. HINT: pass the target's .gguf file "
                            "with --target.") from None
     arch = t.get("general.architecture")
-    if arch not in CAPTURE_ARCHS:
-        raise ConvertError(f"the target is a {arch!r} model; the pinned llama.cpp publishes layer inputs only for "
-                           f"{', '.join(sorted(CAPTURE_ARCHS))}, so no DFlash draft can run on it.")
+    why = capture_refusal(arch)
+    if why:
+        raise ConvertError(f"{why}. HINT: pass the GGUF of the model the draft was made for.")
     t_embd, t_layers = t.get(f"{arch}.embedding_length"), t.get(f"{arch}.block_count")
     t_vocab = t.get("tokenizer.ggml.tokens")  # check_gguf gives an array's length
     if not all(isinstance(v, int) and v > 1 for v in (t_embd, t_layers, t_vocab)):

@@ -3,12 +3,12 @@ the pinned llama.cpp loads, carrying the target GGUF's tokenizer.
 
 What it is: a mapping, nothing more. config.json (class `DFlash2DraftModel`, a Qwen3-style
 decoder config plus a `dflash_config` block) becomes a `DraftConfig`; the safetensors tensors,
-renamed, become the dict `write_dflash_draft` (dflash_draft.py) expects. That writer owns every
+renamed, become the dict `write_dflash_draft` (write.py) expects. That writer owns every
 GGUF key, tensor name and shape; the target's tokenizer metadata is copied by it. Published
 tensors already have the NumPy shapes the writer wants (conv base [side, tap, n_embd], conv
 projection rows [side, tap, group], codebooks [n_vocab, rank]), so nothing is transposed.
 
-What it is not: the config reader and its refusals (convert_draft_config.py: plain DFlash v1
+What it is not: the config reader and its refusals (convert_config.py: plain DFlash v1
 checkpoints and features our writer has no key for are refused there, with the reason).
 
 Facts from the vendored llama.cpp (`gguf-py/gguf/tensor_mapping.py` DFLASH entries,
@@ -28,13 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .check import check_gguf
-from .convert.convert import prepare_out  # same output rules (folder, exists, disk space) as `convert`
-from .convert.errors import ConvertError
-from .convert.hf_config import file_stem
-from .convert.safetensors_reader import TensorRef, find_tensors, read_tensor, to_f32
-from .convert_draft_config import SUPPORTED_CLASSES, draft_config, load_config
-from .dflash_draft import DraftConfig, tensor_shapes, write_dflash_draft
+from ..check import check_gguf
+from ..convert.convert import prepare_out  # same output rules (folder, exists, disk space) as `convert`
+from ..convert.errors import ConvertError
+from ..convert.hf_config import file_stem
+from ..convert.safetensors_reader import TensorRef, find_tensors, read_tensor, to_f32
+from .convert_config import SUPPORTED_CLASSES, draft_config, load_config
+from .format import DraftConfig, tensor_shapes
+from .write import write_dflash_draft
+
 DTYPES = ("auto", "f32", "f16")
 F16_MAX = 65504.0
 Progress = Callable[[int, int], None]

@@ -1,0 +1,387 @@
+"""The DFlash 2 draft format (GGUF architecture `dflash`): its keys, `DraftConfig`, and
+whether a draft fits a target.
+
+What it is: the one place that knows what a draft GGUF holds. The writer (write.py), the
+converter (convert.py), the trainer (draft_training/) and the engine's check before it
+loads a draft (engine/speculative/drafters/dflash_fit.py) all take the key names,
+`CAPTURE_ARCHS`, the config and its validation from here. `DraftConfig.from_gguf` reads
+a draft back through `check_gguf` (the one bounds-checked walker); `fits` says what stops
+a draft from running on a target, given the few `TargetFacts` the engine knows.
+
+What it is not: a writer (write.py), a converter (convert.py, convert_config.py) or a
+binding. Nothing here imports llama_cpp, so `flashdesk inspect` and the trainer can ask
+"can this target pair a draft?" without loading llama.cpp.
+
+Conventions read from the vendored llama.cpp (llama-cpp-python 0.3.36, commit 0c1e57098:
+`src/models/dflash.cpp`, `src/llama-arch.cpp`, `conversion/qwen.py`):
+- `dflash.target_layers` holds HF layer id + 1 = the llama.cpp layer whose *input* is
+  captured on the target (`llama_set_embeddings_layer_inp(ctx, id, true)`).
+- The mask token is read from `tokenizer.ggml.mask_token_id` (`llama_vocab_mask`);
+  `dflash.mask_token_id` (DESIGN.md §2) is written too but llama.cpp ignores it.
+- NumPy shapes here are the reverse of ggml's `ne` order.
+- The optional settings (`DraftConfig` fields after `name`) are keys dflash.cpp reads;
+  each defaults to "not written" (write.py's doc says how llama.cpp applies them).
+  llama.cpp treats a zero scale as "unset", so zero is refused rather than ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from ..check import GGUFSummary, check_gguf
+
+ARCH = "dflash"
+MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: more aborts the loader
+HIDDEN_ACTS = ("silu", "gelu", "gelu_pytorch_tanh")  # what dflash.cpp accepts; both gelus run tanh-approximated
+
+# Target architectures whose graph in the pinned llama.cpp sets the input of every layer
+# as a capturable tensor (`res->t_layer_inp[il]` in src/models/*.cpp); others abort on the
+# first decode. Update with llama.cpp.
+CAPTURE_ARCHS = frozenset({"llama", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma4", "gpt-oss"})
+
+TOP_K_KEY = "dflash.selector_top_k"  # K > 0 makes a DFlash 2 draft (llama_model_dflash_selector_top_k)
+# DraftConfig field -> uint32 key, in the writer's order. head_dim is also the value and
+# rope width; `vocab_size` and `dflash.mask_token_id` are written for people, llama.cpp
+# takes both from the tokenizer.
+UINT_KEYS = (
+    ("context_length", "dflash.context_length"), ("n_embd", "dflash.embedding_length"),
+    ("n_layer", "dflash.block_count"), ("n_ff", "dflash.feed_forward_length"),
+    ("n_head", "dflash.attention.head_count"), ("n_head_kv", "dflash.attention.head_count_kv"),
+    ("head_dim", "dflash.attention.key_length"), ("head_dim", "dflash.attention.value_length"),
+    ("head_dim", "dflash.rope.dimension_count"), ("n_vocab", "dflash.vocab_size"),
+    ("block_size", "dflash.block_size"), ("conv_kernel_size", "dflash.conv_kernel_size"),
+    ("conv_group_size", "dflash.conv_group_size"), ("selector_rank", "dflash.selector_rank"),
+    ("selector_top_k", TOP_K_KEY), ("mask_token_id", "dflash.mask_token_id"),
+)
+FLOAT_KEYS = (("rope_freq_base", "dflash.rope.freq_base"), ("rms_eps", "dflash.attention.layer_norm_rms_epsilon"))
+CAUSAL_KEY = "dflash.attention.causal"  # bool
+TARGET_LAYERS_KEY = "dflash.target_layers"  # int32 array
+# optional keys, written only when set
+SLIDING_WINDOW_KEY = "dflash.attention.sliding_window"  # uint32
+SLIDING_PATTERN_KEY = "dflash.attention.sliding_window_pattern"  # bool array, one per layer
+OPTIONAL_FLOAT_KEYS = (
+    ("logit_scale", "dflash.logit_scale"), ("final_logit_softcapping", "dflash.final_logit_softcapping"),
+    ("embedding_scale", "dflash.embedding_scale"), ("attention_scale", "dflash.attention.scale"),
+    ("attention_value_scale", "dflash.attention.value_scale"),
+)
+HIDDEN_ACT_KEY = "dflash.hidden_activation"  # string
+TOKENIZER_PREFIX = "tokenizer.ggml."  # copied from the target verbatim, but for the mask
+TOKENS_KEY = "tokenizer.ggml.tokens"
+MASK_KEY = "tokenizer.ggml.mask_token_id"
+SELECTOR_TENSORS = ("selector_predecessor.weight", "selector_successor.weight", "selector_hidden.weight")
+# what a key llama.cpp does not require reads as when it is absent (from the fields read before it)
+_READ_DEFAULTS = {"dflash.attention.head_count_kv": lambda f: f["n_head"],
+                  "dflash.attention.key_length": lambda f: (f["n_embd"] or 0) // max(f["n_head"] or 1, 1),
+                  "dflash.rope.freq_base": lambda f: 10000.0}
+_REQUIRED = object()
+_CONTROL, _USER_DEFINED = 3, 4  # llama_token_type values in tokenizer.ggml.token_type
+
+
+def capture_refusal(architecture: str | None) -> str | None:
+    """Why no DFlash 2 draft can run on a target of this architecture; None if one can."""
+    if architecture in CAPTURE_ARCHS:
+        return None
+    return (f"target architecture {architecture!r} cannot publish layer inputs in this llama.cpp, so no DFlash 2 "
+            f"draft can run on it (supported: {', '.join(sorted(CAPTURE_ARCHS))})")
+
+
+def vocab_digest(tokens) -> str:
+    """sha256 over the raw bytes of every vocabulary entry, in id order."""
+    h = hashlib.sha256()
+    for t in tokens:
+        h.update(t)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def default_target_layers(n_layer: int, n_taps: int = 5) -> tuple[int, ...]:
+    """Capture ids (llama.cpp layer whose input is tapped = HF id + 1), evenly spaced.
+
+    HF ids run from 1 to n_layer - 3 (rounded half to even); for a 30-layer target this
+    gives (2, 9, 15, 21, 28), the taps DESIGN.md §9 trained with.
+    """
+    hi = max(1, n_layer - 3)
+    hf = np.round(np.linspace(1, hi, n_taps)).astype(int)
+    ids = sorted({int(i) + 1 for i in hf if 0 <= int(i) + 1 < n_layer})
+    return tuple(ids) if ids else (n_layer - 1,)
+
+
+def pick_mask_token(meta: dict) -> int:
+    """A token of the target vocabulary to fill masked block slots with.
+
+    `meta`: the target's metadata from `check_gguf(path, arrays=(TOKENIZER_PREFIX,))`.
+    An existing `tokenizer.ggml.mask_token_id` wins; else the highest-id control (or
+    user-defined) token that is no bos/eos/eot/unk/pad/sep token and does not appear in
+    the chat template, i.e. one the target never sees in normal use. SmolLM2: 16,
+    "<empty_output>".
+    """
+    if MASK_KEY in meta:
+        return int(meta[MASK_KEY])
+    tokens, types = meta[TOKENS_KEY], meta.get("tokenizer.ggml.token_type", [])
+    reserved = {int(v) for k, v in meta.items() if k.startswith(TOKENIZER_PREFIX) and k.endswith("_token_id")}
+    template = (meta.get("tokenizer.chat_template") or "").encode()
+    for tid in range(len(types) - 1, -1, -1):
+        if types[tid] in (_CONTROL, _USER_DEFINED) and tid not in reserved and tokens[tid] not in template:
+            return tid
+    raise ValueError("the target vocabulary has no unused control token: pass mask_token_id explicitly")
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """Hyper-parameters of a DFlash 2 draft (written as `dflash.*` keys)."""
+
+    n_embd: int  # must equal the target's n_embd
+    n_vocab: int  # the target's vocabulary size (selector codebooks are full-vocabulary)
+    target_n_layer: int | None  # only to validate target_layers; None: unknown (read from a draft GGUF)
+    target_layers: tuple[int, ...]  # llama.cpp capture ids = HF layer id + 1, each < target_n_layer
+    mask_token_id: int
+    n_layer: int = 2
+    n_head: int = 9
+    n_head_kv: int = 3
+    head_dim: int = 64
+    n_ff: int = 1536
+    block_size: int = 16  # anchor + 15 masked slots at most
+    selector_top_k: int = 16  # K candidates per slot
+    selector_rank: int = 64  # rank of the predecessor/successor codebooks
+    conv_kernel_size: int = 4
+    conv_group_size: int = 64  # channels sharing one dynamic conv coefficient
+    rms_eps: float = 1e-5
+    rope_freq_base: float = 10000.0
+    context_length: int = 8192
+    causal: bool = False  # DFlash attends both ways inside a block
+    name: str = "flashdesk DFlash2 draft"
+    # optional settings llama.cpp's dflash graph reads; the defaults write no key
+    sliding_window: int = 0  # W > 0: sliding layers see keys at positions > p - W
+    swa_layers: tuple[bool, ...] = ()  # which layers slide; () with a window = every layer
+    logit_scale: float | None = None  # multiplies the logits (published `output_multiplier`)
+    final_logit_softcapping: float | None = None  # c: logits -> c * tanh(logits / c), after logit_scale
+    embedding_scale: float | None = None  # multiplies the block's token embeddings
+    attention_scale: float | None = None  # QK scale instead of 1/sqrt(head_dim)
+    attention_value_scale: float | None = None  # multiplies the attention output (after attn_output)
+    hidden_act: str = "silu"  # "gelu" / "gelu_pytorch_tanh": tanh-approximated GELU in llama.cpp
+
+    def __post_init__(self):  # a config read back from JSON carries lists; keep it hashable
+        object.__setattr__(self, "target_layers", tuple(self.target_layers))
+        object.__setattr__(self, "swa_layers", tuple(bool(b) for b in self.swa_layers))
+
+    def sliding_layers(self) -> tuple[bool, ...]:
+        """Per layer: does it use the sliding window (all False without a window)."""
+        if self.sliding_window <= 0:
+            return (False,) * self.n_layer
+        return self.swa_layers or (True,) * self.n_layer
+
+    @classmethod
+    def for_target(cls, target_path: str | os.PathLike, **overrides) -> DraftConfig:
+        """A config sized for the target GGUF at `target_path`; keyword arguments override."""
+        meta = check_gguf(target_path, arrays=(TOKENIZER_PREFIX,)).metadata
+        arch = meta.get("general.architecture")
+
+        def hp(key: str, default=None):
+            return meta.get(f"{arch}.{key}", default)
+
+        n_layer, n_embd = int(hp("block_count")), int(hp("embedding_length"))
+        n_head = int(hp("attention.head_count", 1))
+        base = dict(
+            n_embd=n_embd, n_vocab=len(meta[TOKENS_KEY]), target_n_layer=n_layer,
+            target_layers=default_target_layers(n_layer), mask_token_id=pick_mask_token(meta),
+            n_head=n_head, n_head_kv=int(hp("attention.head_count_kv", n_head)),
+            head_dim=int(hp("attention.key_length", n_embd // n_head)), n_ff=int(hp("feed_forward_length", 4 * n_embd)),
+            rms_eps=float(hp("attention.layer_norm_rms_epsilon", 1e-5)),
+            rope_freq_base=float(hp("rope.freq_base", 10000.0)), context_length=int(hp("context_length", 8192)),
+        )
+        return replace(cls(**base), **overrides)
+
+    @classmethod
+    def from_gguf(cls, path: str | os.PathLike) -> DraftFile:
+        """The config of the draft GGUF at `path`, with what only the file knows (`DraftFile`).
+
+        Raises GGUFFormatError or OSError for a broken file, ValueError (every problem in one
+        message) for a GGUF that is no usable DFlash 2 draft. `target_n_layer` is None: a draft
+        does not record its target's depth, `fits` checks the taps against the target.
+        """
+        s = check_gguf(path, arrays=(TARGET_LAYERS_KEY, SLIDING_PATTERN_KEY, TOKENS_KEY))
+        if s.architecture != ARCH:
+            raise ValueError(f"{s.path} is a {s.architecture!r} model, not a DFlash draft "
+                             f"(general.architecture must be {ARCH!r})")
+        tensors = {t.name: t for t in s.tensors}
+        if TOP_K_KEY not in s.metadata or not set(SELECTOR_TENSORS) <= set(tensors):
+            raise ValueError(f"{s.path} is no DFlash 2 draft ({TOP_K_KEY} and the selector tensors are missing): "
+                             "flashdesk runs only drafts with a candidate selector")
+        fields, problems = _read_fields(s)
+        if not problems:
+            draft = DraftFile(**fields, path=s.path, vocab_digest=vocab_digest(s.metadata[TOKENS_KEY]),
+                              n_vocab_draft=_n_keep(tensors, problems))
+            problems += draft.problems()
+        if problems:
+            raise ValueError(f"{s.path}: {'; '.join(problems)}")
+        return draft
+
+    def problems(self) -> list[str]:
+        """Every value llama.cpp would refuse (or abort on), in words; empty if none."""
+        k, n_tl = self.selector_top_k, self.target_n_layer
+        checks = [
+            (1 <= self.n_layer <= MAX_LAYERS, f"n_layer must be in [1, {MAX_LAYERS}]"),
+            (self.n_head >= 1 and self.n_head_kv >= 1 and self.n_head % self.n_head_kv == 0,
+             "n_head must be a multiple of n_head_kv"),
+            (self.head_dim >= 2 and self.head_dim % 2 == 0, "head_dim must be even (rope)"),
+            (self.block_size >= 2, "block_size must be >= 2"),
+            (k >= 1 and self.selector_rank >= 1, "selector_top_k and selector_rank must be >= 1"),
+            (self.n_embd >= k * (k + 1), f"n_embd {self.n_embd} is too small for a K={k} lattice row (K*(K+1))"),
+            (self.conv_kernel_size >= 1 and self.conv_group_size >= 1 and self.n_embd % self.conv_group_size == 0,
+             "n_embd must be a multiple of conv_group_size"),
+            (len(self.target_layers) >= 1, "target_layers is empty"),
+            (all(0 <= t < (MAX_LAYERS if n_tl is None else n_tl) for t in self.target_layers),
+             f"every target layer must be in [0, {MAX_LAYERS if n_tl is None else n_tl})"),
+            (0 <= self.mask_token_id < self.n_vocab, "mask_token_id is outside the vocabulary"),
+            (self.sliding_window >= 0, "sliding_window must be >= 0 (0 = full attention)"),
+            (not self.swa_layers or (self.sliding_window > 0 and len(self.swa_layers) == self.n_layer
+                                     and any(self.swa_layers)),
+             "swa_layers needs a sliding_window, one flag per layer and at least one sliding layer"),
+            (all(v is None or (math.isfinite(v) and v != 0.0) for v in
+                 (self.logit_scale, self.embedding_scale, self.attention_scale, self.attention_value_scale)),
+             "logit/embedding/attention scales must be finite and non-zero (llama.cpp reads 0 as unset)"),
+            (self.final_logit_softcapping is None or (math.isfinite(self.final_logit_softcapping)
+                                                      and self.final_logit_softcapping > 0),
+             "final_logit_softcapping must be > 0"),
+            (self.hidden_act in HIDDEN_ACTS, f"hidden_act must be one of {', '.join(HIDDEN_ACTS)}"),
+        ]
+        return [msg for ok, msg in checks if not ok]
+
+    def validate(self) -> None:
+        """Raise ValueError for any value llama.cpp would refuse (or abort on)."""
+        problems = self.problems()
+        if problems:
+            raise ValueError(f"DraftConfig: {'; '.join(problems)}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DraftFile(DraftConfig):
+    """A draft GGUF as `DraftConfig.from_gguf` read it: its config and what only the file holds."""
+
+    path: str = ""
+    vocab_digest: str = ""  # of the tokenizer it carries; must equal the target's
+    n_vocab_draft: int | None = None  # rows of a reduced output head (d2t); None: it borrows the target's
+
+
+@dataclass(frozen=True)
+class TargetFacts:
+    """What `fits` needs to know of a target (the engine has it from the loaded model)."""
+
+    architecture: str
+    n_embd: int
+    n_layer: int
+    n_vocab: int
+    vocab_digest: str  # vocab_digest() of its token texts
+
+
+def fits(draft: DraftFile, target: TargetFacts) -> list[str]:
+    """What stops `draft` from running on `target`, in words; empty if it fits."""
+    problems = [why for why in [capture_refusal(target.architecture)] if why]
+    if draft.n_embd != target.n_embd:
+        problems.append(f"its n_embd is {draft.n_embd} but the target's is {target.n_embd}")
+    n = target.n_layer
+    if any(not 0 <= t < n for t in draft.target_layers):  # a tap >= n_layer aborts llama.cpp
+        problems.append(f"it taps target layers {list(draft.target_layers)}, but the target has {n} layers "
+                        f"(every id must be in [0, {n}))")
+    if draft.n_vocab != target.n_vocab or draft.vocab_digest != target.vocab_digest:
+        problems.append(f"it has another tokenizer than the target ({draft.n_vocab} vs {target.n_vocab} tokens, "
+                        "or different token texts)")
+    return problems
+
+
+def _read_fields(s: GGUFSummary) -> tuple[dict, list[str]]:
+    """DraftConfig keyword arguments from a draft's metadata, and what is missing or mistyped."""
+    m, problems, f = s.metadata, [], {}
+
+    def get(key: str, kind, default=_REQUIRED):
+        v = m.get(key)
+        if v is None and default is not _REQUIRED:
+            return default
+        if v is None or not isinstance(v, kind) or isinstance(v, bool) != (kind is bool):
+            what = {int: "an integer", bool: "a bool", str: "a string"}.get(kind, "a number")
+            problems.append(f"{key} is missing" if v is None else f"{key} is {v!r}, not {what}")
+            return None
+        return v
+
+    for field, key in UINT_KEYS + FLOAT_KEYS:
+        if field in f or field in ("n_vocab", "mask_token_id"):  # head_dim once; those two from the tokenizer
+            continue
+        derived = _READ_DEFAULTS.get(key)
+        kind = int if (field, key) in UINT_KEYS else (int, float)
+        f[field] = get(key, kind, derived(f) if derived else _REQUIRED)
+    for field, _ in FLOAT_KEYS:  # a float32 key may hold a whole number
+        f[field] = float(f[field] or 0.0)
+    tokens, taps = m.get(TOKENS_KEY), m.get(TARGET_LAYERS_KEY)
+    if not isinstance(tokens, list) or not tokens:
+        problems.append(f"it carries no tokenizer ({TOKENS_KEY})")
+        tokens = []
+    if not isinstance(taps, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in taps):
+        problems.append(f"{TARGET_LAYERS_KEY} is missing or no array of integers")
+        taps = []
+    f.update(n_vocab=len(tokens), target_n_layer=None, target_layers=tuple(int(t) for t in taps),
+             mask_token_id=get(MASK_KEY, int), causal=get(CAUSAL_KEY, bool, False),
+             name=str(m.get("general.name", DraftConfig.name)), hidden_act=get(HIDDEN_ACT_KEY, str, "silu"))
+    for field, key in OPTIONAL_FLOAT_KEYS:
+        v = get(key, (int, float), 0.0)
+        f[field] = float(v) if v else None  # llama.cpp reads 0 as unset
+    window = get(SLIDING_WINDOW_KEY, int, 0) or 0
+    if window > 0:
+        pattern = m.get(SLIDING_PATTERN_KEY)
+        if not isinstance(pattern, list) or len(pattern) != f["n_layer"]:
+            problems.append(f"{SLIDING_PATTERN_KEY} must hold one flag per layer when a sliding window is set")
+            pattern = []
+        # an all-sliding pattern is the config's () (write.py writes it out whole)
+        f.update(sliding_window=window, swa_layers=() if all(pattern) else tuple(bool(b) for b in pattern))
+    return f, problems
+
+
+def _n_keep(tensors: dict, problems: list[str]) -> int | None:
+    """Rows of a reduced output head: a d2t map (I64, one id per row) with its own output.weight."""
+    d2t = tensors.get("d2t")
+    if d2t is None:
+        return None
+    if d2t.type_name != "I64" or len(d2t.shape) != 1 or "output.weight" not in tensors:
+        problems.append("its d2t map is not one I64 row or comes without an output.weight")
+        return None
+    return int(d2t.shape[0])
+
+
+def tensor_shapes(cfg: DraftConfig, n_keep: int | None = None) -> dict[str, tuple[int, ...]]:
+    """NumPy shape of every tensor the draft must have (reverse of ggml's ne order).
+
+    `n_keep`: size of a reduced output vocabulary (adds `d2t` and `output.weight`).
+    """
+    e, d, f, r = cfg.n_embd, cfg.head_dim, cfg.n_ff, cfg.selector_rank
+    n_conv = 2 * cfg.conv_kernel_size * (e // cfg.conv_group_size)  # [side, tap, group] coefficients
+    shapes: dict[str, tuple[int, ...]] = {
+        "fc.weight": (e, len(cfg.target_layers) * e),  # concatenated tap features -> n_embd
+        "enc.output_norm.weight": (e,),
+        "output_norm.weight": (e,),
+        "selector_predecessor.weight": (cfg.n_vocab, r),
+        "selector_successor.weight": (cfg.n_vocab, r),
+        "selector_hidden.weight": (r, e),
+    }
+    for i in range(cfg.n_layer):
+        b = f"blk.{i}."
+        shapes.update({
+            b + "attn_norm.weight": (e,), b + "ffn_norm.weight": (e,),
+            b + "attn_q.weight": (cfg.n_head * d, e), b + "attn_k.weight": (cfg.n_head_kv * d, e),
+            b + "attn_v.weight": (cfg.n_head_kv * d, e), b + "attn_output.weight": (e, cfg.n_head * d),
+            b + "attn_q_norm.weight": (d,), b + "attn_k_norm.weight": (d,),
+            b + "ffn_gate.weight": (f, e), b + "ffn_up.weight": (f, e), b + "ffn_down.weight": (e, f),
+            # conv base: [side, tap, channel]; side 0 filters the sub-block input, side 1 its output
+            b + "attn_conv_base": (2, cfg.conv_kernel_size, e), b + "ffn_conv_base": (2, cfg.conv_kernel_size, e),
+            b + "attn_conv_proj.weight": (n_conv, e), b + "ffn_conv_proj.weight": (n_conv, e),
+        })
+    if n_keep is not None:
+        shapes["d2t"] = (n_keep,)  # sorted unique absolute target ids, int64
+        shapes["output.weight"] = (n_keep, e)
+    return shapes
