@@ -19,7 +19,6 @@ import argparse
 import types
 from typing import Literal, Union, get_args, get_origin
 
-from annotated_types import Ge, Le
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
@@ -29,8 +28,11 @@ def flag_name(name: str, field: FieldInfo) -> str:
 
 
 def _help(field: FieldInfo, env: str) -> str:
-    bounds = {type(m): m for m in field.metadata if isinstance(m, (Ge, Le))}
-    facts = [f"{bounds[Ge].ge}-{bounds[Le].le}"] if Ge in bounds and Le in bounds else []
+    # Field(ge=, le=) leaves annotated_types.Ge / Le in the metadata; read by attribute, so
+    # pydantic's own dependency need not be ours too.
+    ge = next((m.ge for m in field.metadata if hasattr(m, "ge")), None)
+    le = next((m.le for m in field.metadata if hasattr(m, "le")), None)
+    facts = [f"{ge}-{le}"] if ge is not None and le is not None else []
     default = field.get_default(call_default_factory=True)
     if default not in (None, False, []):  # absent, off and none go without saying
         facts.append(f"default {default}")
