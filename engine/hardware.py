@@ -8,76 +8,22 @@ device, so `describe` says both, plus a `reason` code a UI can translate:
   gpu_not_found  built with GPU support, but the backend found no device (driver missing?)
 or, where the package ships a CUDA build beside the CPU one and the CPU one was chosen
 (engine/llama/build.py), why: driver_missing, driver_too_old, no_cuda_device, cuda_load_failed.
-llama-cpp-python 0.3.36 does not bind ggml's device registry, so the few ggml_backend_*
-calls needed are declared here with ctypes on the libggml of the build this process loaded
-(llama_cpp._ggml would always load llama_cpp/lib's, the CPU build's where there are two).
+The facts themselves come from the llama layer (engine/llama/ggml.py: ggml's device registry,
+llama.cpp's system info); this module only words them.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
-import logging
 import os
 import sys
 
-import llama_cpp
-
+from .llama import ggml
 from .llama.build import FALLBACK_REASONS, LlamaBuild, select
 
-log = logging.getLogger("flashdesk.engine")
-
-# enum ggml_backend_dev_type (ggml-backend.h)
-DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
 GPU_TYPES = ("gpu", "igpu")
 BACKEND_NAMES = {"cuda": "CUDA", "metal": "Metal", "vulkan": "Vulkan", "rocm": "ROCm", "hip": "ROCm",
                  "sycl": "SYCL", "opencl": "OpenCL", "cann": "CANN", "musa": "MUSA", "blas": "BLAS"}
-
-
-def _ggml():
-    from llama_cpp._ctypes_extensions import load_shared_library
-
-    lib = load_shared_library("ggml", select().folder)  # already loaded with libllama: the same copy
-
-    vp, cp, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
-    for fn, res, args in [("ggml_backend_dev_count", sz, []), ("ggml_backend_dev_get", vp, [sz]),
-                          ("ggml_backend_dev_name", cp, [vp]), ("ggml_backend_dev_description", cp, [vp]),
-                          ("ggml_backend_dev_type", ctypes.c_int, [vp]),
-                          ("ggml_backend_dev_backend_reg", vp, [vp]), ("ggml_backend_reg_name", cp, [vp]),
-                          ("ggml_backend_reg_count", sz, []), ("ggml_backend_reg_get", vp, [sz]),
-                          ("ggml_backend_dev_memory", None, [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)])]:
-        f = getattr(lib, fn)
-        f.restype, f.argtypes = res, args
-    return lib
-
-
-def _text(b: bytes | None) -> str:
-    return (b or b"").decode("utf-8", errors="replace")
-
-
-@functools.cache
-def hardware() -> dict:
-    """Devices and compiled-in backends; they do not change while the process runs."""
-    out = {"devices": [], "backends": [], "devices_error": None}
-    try:
-        lib = _ggml()
-        out["backends"] = [_text(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)))
-                           for i in range(lib.ggml_backend_reg_count())]
-        for i in range(lib.ggml_backend_dev_count()):
-            d = lib.ggml_backend_dev_get(i)
-            free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-            lib.ggml_backend_dev_memory(d, ctypes.byref(free), ctypes.byref(total))
-            out["devices"].append({
-                "name": _text(lib.ggml_backend_dev_name(d)),
-                "description": _text(lib.ggml_backend_dev_description(d)),
-                "type": DEVICE_TYPES.get(lib.ggml_backend_dev_type(d), "other"),
-                "backend": _text(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(d))),
-                "memory_bytes": total.value or None,
-            })
-    except (AttributeError, OSError) as e:  # a build without these symbols: report what we know
-        out["devices_error"] = f"cannot list devices: {e}"
-        log.warning("%s", out["devices_error"])
-    return out
 
 
 def memory_bytes() -> int | None:
@@ -147,10 +93,10 @@ def _why_cpu(build: LlamaBuild) -> str:
 
 def report(threads: int) -> dict:
     """Everything GET /v1/system says about the machine, for `threads` CPU threads."""
-    hw = hardware()
+    hw = ggml.devices()
     build = select()
-    gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
-    info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+    gpu_offload = ggml.supports_gpu_offload()
+    info = ggml.system_info()
     return {
         **describe(gpu_offload, hw["devices"], hw["backends"], threads, build),
         "llama_build": build.facts(),
@@ -162,5 +108,5 @@ def report(threads: int) -> dict:
         "cpu_count": os.cpu_count(),
         "cpu_features": cpu_features(info),
         "memory_bytes": memory_bytes(),
-        "llama_cpp_version": llama_cpp.__version__,
+        "llama_cpp_version": ggml.llama_cpp_version(),
     }

@@ -53,12 +53,11 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 import jsonschema
-import llama_cpp
 from jsonschema import validators
-from llama_cpp import llama_grammar
 
 from engine import json_schema_rules as rules
 from engine.errors import InvalidRequest
+from engine.llama.grammar import gbnf_parses, llama_grammar
 
 PARAM = "response_format.json_schema.schema"
 MAX_ITEMS = 500  # the converter recurses once per optional item; Python stops at 1000
@@ -112,7 +111,8 @@ def compile_response_format(response_format: dict | None) -> Constraint | None:
     if response_format is None:
         return None
     if not isinstance(response_format, dict):
-        raise InvalidRequest('response_format must be an object such as {"type": "json_object"}', param="response_format")
+        raise InvalidRequest('response_format must be an object such as {"type": "json_object"}',
+                             param="response_format")
     kind = response_format.get("type")
     keys = {"text": {"type"}, "json_object": {"type"}, "json_schema": {"type", "json_schema"}}
     if kind not in keys:
@@ -127,7 +127,8 @@ def compile_response_format(response_format: dict | None) -> Constraint | None:
     if not isinstance(env, dict):
         raise InvalidRequest(f'{where} must be an object {{"name": ..., "schema": {{...}}}}', param=where)
     _no_unknown(env, {"name", "schema", "strict", "description"}, where)
-    for key, ok, what in (("name", lambda v: isinstance(v, str) and NAME_RE.fullmatch(v), "1-64 letters, digits, _ or -"),
+    for key, ok, what in (("name", lambda v: isinstance(v, str) and NAME_RE.fullmatch(v),
+                           "1-64 letters, digits, _ or -"),
                           ("strict", lambda v: v is None or isinstance(v, bool), "true, false or null"),
                           ("description", lambda v: v is None or isinstance(v, str), "a string")):
         if not ok(env.get(key)):
@@ -326,7 +327,8 @@ def _bounds(out: dict, lo_key: str, hi_key: str, cap: int, ptr: str) -> None:
             raise _unsupported(key, ptr, f" above {cap} (the grammar grows with it)")
     if hi is not None and lo > hi:
         raise _bad(f"{lo_key} > {hi_key} {_at(ptr)}: no value can match")
-    out.update({k: int(out[k]) for k in (lo_key, hi_key) if k in out})  # 2.0 is a count to jsonschema, not the converter
+    # 2.0 is a count to jsonschema, not to the converter
+    out.update({k: int(out[k]) for k in (lo_key, hi_key) if k in out})
 
 
 def _disjoint(alternatives: list[dict]) -> bool:
@@ -357,18 +359,17 @@ def _literal_ok(v) -> bool:
 
 def _checked(grammar: str) -> str:
     """Let llama.cpp's own parser judge the grammar (parsing needs no vocab)."""
-    sampler = llama_cpp.llama_sampler_init_grammar(None, grammar.encode("utf-8"), b"root")
-    if not sampler:
+    if not gbnf_parses(grammar):
         raise _bad("llama.cpp refused the grammar built from this schema (a $ref cycle that never enters a "
                    "property or an item is the usual cause); HINT: simplify the schema")
-    llama_cpp.llama_sampler_free(sampler)
     return grammar
 
 
 def _no_unknown(obj: dict, known: set[str], where: str) -> None:
     for key in obj:
         if key not in known:
-            raise InvalidRequest(f"unknown field {where}.{key}; allowed: {', '.join(sorted(known))}", param=f"{where}.{key}")
+            raise InvalidRequest(f"unknown field {where}.{key}; allowed: {', '.join(sorted(known))}",
+                                 param=f"{where}.{key}")
 
 
 def _no_duplicates(pairs: list) -> dict:

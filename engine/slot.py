@@ -11,7 +11,7 @@ import time
 from .llama.grammar import Grammar
 from .llama.model import Model
 from .request import GenerationRequest, StreamEvent, Usage
-from .sampling import Sampler
+from .llama.sampler import Sampler
 from .speculative.state import SpecState
 from .text import TextStream
 

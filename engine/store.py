@@ -116,7 +116,8 @@ class ModelStore:
         try:
             data = json.loads((folder / "model.json").read_text("utf-8"))
             known = {f.name for f in fields(InstalledModel)}
-            m = InstalledModel(**{k: v for k, v in data.items() if k in known})  # newer keys (draft_choice) stay in the file
+            # newer keys (draft_choice) stay in the file
+            m = InstalledModel(**{k: v for k, v in data.items() if k in known})
         except (OSError, ValueError, TypeError):
             return None
         m.path = str(folder / m.file)
@@ -223,7 +224,8 @@ class ModelStore:
             _copy(fi, tmp, src.stat().st_size, f"pair {src.name}", progress)
         os.replace(tmp, folder / "draft.gguf")
         choice = {"draft_choice": "user"} if source == "user" else {}
-        self._write_manifest(folder, {**self._manifest(folder), "draft": "draft.gguf", "draft_source": source, **choice})
+        self._write_manifest(folder, {**self._manifest(folder), "draft": "draft.gguf", "draft_source": source,
+                                      **choice})
         return self.get(name)
 
     def unpair(self, name: str) -> InstalledModel:

@@ -27,20 +27,18 @@ from .errors import ContextLengthExceeded, EngineError, EngineStopped, Generatio
 from .llama.grammar import Grammar
 from .llama.model import Model, ModelInfo, batch_invariant_build
 from .request import Completion, GenerationRequest, RequestHandle, StreamEvent
-from .sampling import SamplingParams, TargetDistribution
+from .sampling import SamplingParams
 from .slot import Slot
 from .speculative.chooser import CostCurve, CurveMeasurement
-from .speculative.drafters.dflash import DFlashDrafter
 from .speculative.drafters.base import Drafter
+from .speculative.drafters.dflash import DFlashDrafter
 from .speculative.drafters.lookup import PromptLookupDrafter
 from .speculative.loop import Stepper
-from .speculative.params import MAX_BLOCK, SpecParams
-from .speculative.state import DrafterRecord, SpecState
+from .speculative.params import SpecParams
+from .speculative.policy import Policy
 from .speculative.verify import verify_is_exact
 
 log = logging.getLogger("flashdesk.engine")
-EXPLORE_TRIALS = 16  # auto mode judges a DFlash draft once its record holds this many first-position trials
-REFRESH = 8  # a draft auto mode set aside gets every REFRESH-th request, so its record stays current
 
 
 @dataclass(frozen=True)
@@ -69,14 +67,15 @@ class Engine:
         self.n_ctx = self.ctx.n_ctx_seq
         self.chat_template = ChatTemplate(model) if model.info.has_chat_template else None
         self._slots = [Slot(i) for i in range(self.ctx.n_seq)]
-        self.drafters: dict[str, Drafter] = {}
-        self.records: dict[str, DrafterRecord] = {}  # what each drafter has shown here, across requests
+        self.policy = Policy(mode=config.spec_mode, selector=config.selector, block=config.spec_block,
+                             n_ctx=self.n_ctx, n_vocab=model.n_vocab)
+        self.drafters = self.policy.drafters  # name -> drafter: the speculative modes this engine has
+        self.records = self.policy.records
         self.add_drafter(PromptLookupDrafter())
         self.draft_error: str | None = None  # why a configured draft is not in use
         if config.draft:
             self._load_draft(config.draft)
         self._stepper = Stepper(self.ctx)
-        self._auto_requests = 0
         self._t_measure: float | None = None  # when the cost-curve measurement started
         self.totals: collections.Counter = collections.Counter()  # (metric, label) -> count
         # Speculation is only lossless when verify rows compute exactly like single tokens:
@@ -86,14 +85,14 @@ class Engine:
                                                            "reinstall with scripts/setup.sh.")
         else:
             self.spec_exact, self.spec_exact_why = verify_is_exact(self.ctx)
-        self.spec_enabled = self.spec_exact or config.spec_inexact
+        self.spec_enabled = self.policy.enabled = self.spec_exact or config.spec_inexact
         # The chooser needs this machine's verify-cost curve: from the cache beside the model, else
         # measured by the worker while it is idle (requests that come first decode plainly).
-        self._curve = CostCurve.load(config.cost_cache, config.n_threads) if config.cost_cache else None
+        self.policy.curve = CostCurve.load(config.cost_cache, config.n_threads) if config.cost_cache else None
         self._measuring = (CurveMeasurement(self.ctx, config.n_threads, seq_id=self.ctx.n_seq - 1)
-                           if self.spec_enabled and self._curve is None else None)
+                           if self.spec_enabled and self.policy.curve is None else None)
         self.curve_ready = threading.Event()  # set once the chooser can speculate
-        if self._curve is not None:
+        if self.policy.curve is not None:
             self.curve_ready.set()
         if not self.spec_exact:
             log.warning("speculative decoding would not be bit-identical to plain decoding here: %s %s",
@@ -139,8 +138,7 @@ class Engine:
     def add_drafter(self, drafter: Drafter) -> None:
         """Make `drafter` available as speculative mode `drafter.name` (before the first request)."""
         drafter.attach(self.ctx)
-        self.drafters[drafter.name] = drafter
-        self.records[drafter.name] = DrafterRecord()
+        self.policy.add(drafter)
 
     def render_chat(self, messages: list[dict]) -> str:
         if self.chat_template is None:
@@ -218,7 +216,7 @@ class Engine:
     def cost_curve(self) -> str:
         """"ready"; "measuring" (while idle; the chooser's requests decode plainly meanwhile); or
         "none" (speculation is off here, or the measurement failed)."""
-        return "ready" if self._curve is not None else "measuring" if self._measuring is not None else "none"
+        return "ready" if self.policy.curve is not None else "measuring" if self._measuring is not None else "none"
 
     def stats(self) -> dict:
         busy = sum(s.busy for s in self._slots)
@@ -230,8 +228,7 @@ class Engine:
             self._queue.put(None)  # wake the worker
             self._thread.join()
             for d in self.drafters.values():
-                if hasattr(d, "close"):
-                    d.close()  # draft contexts point into the target context: free them first
+                d.close()  # draft contexts point into the target context: free them first
             self.ctx.close()
             self.model.close()
 
@@ -302,7 +299,7 @@ class Engine:
             slot = prefix.best_slot(free, req.prompt_tokens)
             max_new = req.max_tokens or (self.n_ctx - len(req.prompt_tokens))
             try:
-                spec = self._spec_for(req, slot)
+                spec = self.policy.state_for(req.speculative, req.sampling, req.prompt_tokens, slot)
                 reused = prefix.reuse(slot, self.ctx, req.prompt_tokens, spec.drafter if spec else None)
             except Exception as e:  # a bug (a failed measurement, say): this request fails, the worker goes on
                 log.exception("could not start a request")
@@ -323,56 +320,6 @@ class Engine:
             if slot.seq_id in committed:
                 self._commit(slot, committed[slot.seq_id])
 
-    def _spec_for(self, req: GenerationRequest, slot: Slot) -> SpecState | None:
-        """How this request speculates, or None for plain decoding."""
-        p = req.speculative
-        mode = self.config.spec_mode if p.mode == "auto" else p.mode
-        if mode == "off" or not self.spec_enabled:
-            return None
-        if not p.block and self._curve is None:
-            return None  # the chooser has no cost curve yet (being measured while idle): plain until then
-        if mode == "auto":
-            mode = self._auto_drafter()
-            if prefix.costs_reuse(slot, req.prompt_tokens, self.drafters.get(mode)):
-                mode = "lookup"  # re-decoding a long shared prompt would cost more than the draft earns
-        s = req.sampling
-        if mode not in self.drafters:
-            return None
-        if s.presence_penalty or s.frequency_penalty:
-            return None  # penalties depend on every accepted token: those requests decode plainly
-        if s.seed is not None and not s.greedy and p.mode == "auto":
-            # Speculative sampling draws its uniforms per verify block (speculative/accept.py), so the
-            # tokens a seed yields would depend on the drafts and on the chooser's per-step,
-            # timing-based choices, not on the seed alone. A seeded request that leaves the mode
-            # to us decodes plainly, where the same seed draws the same tokens.
-            return None
-        # A fixed block drafts B-1 every step; otherwise the chooser picks T (or plain) per step.
-        curve = None if p.block else self._curve
-        drafter = self.drafters[mode]
-        selector = (p.selector or self.config.selector) if mode == "dflash" else None
-        info = getattr(drafter, "info", None)  # a DFlash draft cannot draft past its block_size
-        block = min(p.block or self.config.spec_block, info.block_size if info else MAX_BLOCK)
-        dist = None if s.greedy else TargetDistribution(s, self.model.n_vocab)
-        return SpecState(p, drafter, block, self.n_ctx, curve, selector, self.records[mode], dist=dist, seed=s.seed)
-
-    def _auto_drafter(self) -> str:
-        """The drafter auto mode uses for the next request: the DFlash draft, unless its record
-        shows it useless (random, mismatched) or, after EXPLORE_TRIALS tries, no faster than
-        plain decoding on this machine's cost curve (a lossless draft whose verify costs more
-        than its tau earns, as on a 2-core CPU): then prompt lookup, which still wins on
-        copy-heavy text. Every REFRESH-th such request tries the draft again, so its record
-        follows a change of use."""
-        rec = self.records.get("dflash")
-        if rec is None or rec.useless():
-            return "lookup"
-        curve = self._curve
-        if rec.trials[0] < EXPLORE_TRIALS or curve is None:  # None: a fixed block, asked before the curve
-            return "dflash"
-        if rec.speed(curve) > 1.0 / curve.cost(1):
-            return "dflash"
-        self._auto_requests += 1
-        return "dflash" if self._auto_requests % REFRESH == 0 else "lookup"
-
     def _measure_step(self) -> None:
         """One decode of the cost-curve measurement (only while no request runs or waits)."""
         m = self._measuring
@@ -387,7 +334,7 @@ class Engine:
             self._measuring = None
             return
         if curve is not None:
-            self._curve, self._measuring = curve, None
+            self.policy.curve, self._measuring = curve, None
             if self.config.cost_cache:
                 curve.save(self.config.cost_cache)
             self.curve_ready.set()
@@ -422,8 +369,9 @@ class Engine:
     def _finish(self, slot: Slot, event: StreamEvent) -> None:
         """Send the final event; keep the committed KV as a prefix for the next request; free the slot."""
         event.usage = slot.usage()
-        if slot.spec is not None and self._curve is not None:  # a fixed block never measured the curve
-            event.usage.speculation["speedup"] = slot.spec.stats.speedup(self._curve.cost(1))
+        curve = self.policy.curve
+        if slot.spec is not None and curve is not None:  # a fixed block never measured the curve
+            event.usage.speculation["speedup"] = slot.spec.stats.speedup(curve.cost(1))
         self._count(event)
         slot.emit(event)
         prefix.keep(slot, self.ctx, ok=event.error is None)

@@ -89,7 +89,8 @@ def cuda_driver() -> CudaDriver:
         if rc != 0:  # e.g. 100: no device, 35: driver older than this libcuda, 999: unknown
             return CudaDriver(True, version, 0, f"cuInit returned {rc}")
         rc = lib.cuDeviceGetCount(ctypes.byref(n))
-        return CudaDriver(True, version, n.value if rc == 0 else 0, None if rc == 0 else f"cuDeviceGetCount returned {rc}")
+        return CudaDriver(True, version, n.value if rc == 0 else 0,
+                          None if rc == 0 else f"cuDeviceGetCount returned {rc}")
     except AttributeError as e:  # not a CUDA driver after all
         return CudaDriver(False, error=str(e))
 
@@ -153,7 +154,8 @@ def preload(folder: Path) -> str | None:
             os.add_dll_directory(str(folder))
             if getattr(sys, "_MEIPASS", None):  # the MSVC runtime PyInstaller put beside python311.dll
                 os.add_dll_directory(sys._MEIPASS)
-            path = next((p for p in (folder / "llama.dll", folder / "libllama.dll") if p.is_file()), folder / "llama.dll")
+            names = (folder / "llama.dll", folder / "libllama.dll")
+            path = next((p for p in names if p.is_file()), names[0])
             ctypes.CDLL(str(path), winmode=0x1100)  # LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR | _DEFAULT_DIRS
         else:
             suffix = ".dylib" if sys.platform == "darwin" else ".so"

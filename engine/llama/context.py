@@ -19,17 +19,21 @@ import ctypes
 from dataclasses import dataclass
 
 import llama_cpp
+import numpy as np
 
 from ..errors import GenerationFailed, ModelLoadError
+from . import ext
 from .model import Model
 
 
 @dataclass(frozen=True)
 class ContextConfig:
-    n_ctx_seq: int = 4096  # context per sequence (prompt + output)
-    n_seq: int = 4  # sequences decoded together
-    n_batch: int = 512  # most tokens in one decode
-    n_threads: int = 2
+    """No defaults: the engine's are EngineConfig's (engine/worker.py), the one place they live."""
+
+    n_ctx_seq: int  # context per sequence (prompt + output)
+    n_seq: int  # sequences decoded together
+    n_batch: int  # most tokens in one decode
+    n_threads: int
 
 
 class Batch:
@@ -111,9 +115,46 @@ class Context:
         """Logits of batch row `row` of the last decode: [n_vocab] floats, owned by llama.cpp."""
         return llama_cpp.llama_get_logits_ith(self.ptr, row)
 
+    def logits(self, rows: list[int]) -> np.ndarray:
+        """Logits of the given batch rows after the last decode: [len(rows), n_vocab] float32.
+        Consecutive output rows (a verify) are one block of llama.cpp's buffer and come back
+        as a view of it, valid until the next decode; other rows are copied (per-row NumPy
+        views cost ~40 us a row)."""
+        n_vocab = self.model.n_vocab
+        first = ctypes.cast(self.logits_ptr(rows[0]), ctypes.c_void_p).value
+        last = ctypes.cast(self.logits_ptr(rows[-1]), ctypes.c_void_p).value
+        if last - first == 4 * n_vocab * (len(rows) - 1):
+            return np.ctypeslib.as_array(ctypes.cast(first, ctypes.POINTER(ctypes.c_float)),
+                                         shape=(len(rows), n_vocab))  # [n, V] in place
+        out = np.empty((len(rows), n_vocab), dtype=np.float32)  # [n, V]
+        for i, r in enumerate(rows):
+            out[i] = np.ctypeslib.as_array(self.logits_ptr(r), shape=(n_vocab,))
+        return out
+
     def forget(self, seq_id: int, p0: int = -1) -> None:
         """Drop cells of `seq_id` from position p0 on (all of them by default)."""
         llama_cpp.llama_memory_seq_rm(self.memory, seq_id, p0, -1)
+
+    def pos_max(self, seq_id: int) -> int:
+        """The last position of `seq_id` in the KV cache (-1: none)."""
+        return int(llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id))
+
+    @property
+    def n_threads(self) -> tuple[int, int]:
+        return int(llama_cpp.llama_n_threads(self.ptr)), int(llama_cpp.llama_n_threads_batch(self.ptr))
+
+    # -- layer capture (DFlash: the draft reads the target's hidden states) -------------
+
+    def capture_layer_inputs(self, layer_ids, on: bool = True) -> None:
+        """Copy out the input hidden state of these layers for every decoded token (ids must be
+        < n_layer and set before the first decode: llama.cpp aborts otherwise)."""
+        for lid in layer_ids:
+            ext.llama_set_embeddings_layer_inp(self.ptr, lid, on)
+
+    def layer_inputs(self, layer_id: int):
+        """`float *` to the captured [n_batch, n_embd] inputs of a layer in the last decode (only
+        for a layer capture was turned on for, and after a decode: llama.cpp aborts otherwise)."""
+        return ext.llama_get_embeddings_layer_inp(self.ptr, layer_id)
 
     def close(self) -> None:
         if getattr(self, "batch", None) is not None:

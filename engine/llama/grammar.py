@@ -5,7 +5,7 @@ committed so far) and answers the three questions decoding asks of it: may this 
 next (`allows`), which token would a grammar-constrained greedy sampler pick from these
 logits (`greedy`), and the logits with every forbidden token at -inf (`mask`, for sampling).
 It is not a grammar compiler (json_schema.py writes the GBNF) and knows nothing of drafts:
-speculation asks the same questions at each verify row (speculative/constrain.py).
+speculation asks the same questions at each verify row (engine/speculative/constrain.py).
 
 Why `greedy` checks the argmax first: the unconstrained argmax is the constrained one whenever
 the grammar allows it (the grammar only removes tokens), so one single-token check replaces a
@@ -27,15 +27,15 @@ References: llama.cpp `include/llama.h` (llama_sampler_init_grammar), `src/llama
 
 from __future__ import annotations
 
-import ctypes
 import weakref
 
 import llama_cpp
 import numpy as np
+from llama_cpp import llama_grammar  # noqa: F401  (llama-cpp-python's JSON Schema -> GBNF converter, for json_schema.py)
 
 from .. import native
 from ..errors import InvalidRequest
-from ..sampling import _TOKEN_DATA
+from .sampler import TOKEN_DATA, apply, fill
 
 
 _CLOSERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (outside, inside)
@@ -67,6 +67,14 @@ def closers(piece, n_vocab: int) -> tuple[list[int], list[int], list[int]]:
     return _CLOSERS[key]
 
 
+def gbnf_parses(gbnf: str) -> bool:
+    """Whether llama.cpp's own parser accepts `gbnf` (parsing needs no vocabulary)."""
+    ptr = llama_cpp.llama_sampler_init_grammar(None, gbnf.encode("utf-8"), b"root")
+    if ptr:
+        llama_cpp.llama_sampler_free(ptr)
+    return bool(ptr)
+
+
 class Grammar:
     def __init__(self, vocab, n_vocab: int, gbnf: str, root: str = "root", piece=None):
         self.ptr = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), root.encode("utf-8"))
@@ -77,8 +85,8 @@ class Grammar:
         self.in_string = False  # the JSON text so far ends inside a string (tracked for close())
         self._escaped = False
         self.closed = False  # close() chose a token at least once
-        self._one = np.zeros(1, dtype=_TOKEN_DATA)  # [1] scratch for single-token checks
-        self._all = np.zeros(n_vocab, dtype=_TOKEN_DATA)  # [V] scratch for whole-vocabulary masks
+        self._one = np.zeros(1, dtype=TOKEN_DATA)  # [1] scratch for single-token checks
+        self._all = np.zeros(n_vocab, dtype=TOKEN_DATA)  # [V] scratch for whole-vocabulary masks
 
     @classmethod
     def check(cls, vocab, gbnf: str) -> None:
@@ -88,16 +96,13 @@ class Grammar:
     def allows(self, token: int) -> bool:
         d = self._one
         d["id"], d["logit"], d["p"] = token, 0.0, 0.0
-        self._apply(d)
+        apply(self.ptr, d)
         return bool(np.isfinite(d["logit"][0]))
 
     def mask(self, logits: np.ndarray) -> np.ndarray:
         """logits [V] -> a copy with the tokens the grammar forbids next at -inf."""
-        d = self._all
-        d["id"] = np.arange(self.n_vocab, dtype=np.int32)
-        d["logit"] = logits
-        d["p"] = 0.0
-        self._apply(d)  # sets logits to -inf in place and keeps the order
+        d = fill(self._all, logits)
+        apply(self.ptr, d)  # sets logits to -inf in place and keeps the order
         return d["logit"].copy()  # [V]
 
     def greedy(self, logits: np.ndarray, argmax: int | None = None) -> int:
@@ -143,10 +148,6 @@ class Grammar:
         twin.in_string, twin._escaped, twin.closed = self.in_string, self._escaped, self.closed
         twin._one, twin._all = self._one, self._all  # scratch only; the worker thread is single
         return twin
-
-    def _apply(self, d: np.ndarray) -> None:
-        arr = llama_cpp.llama_token_data_array(d.ctypes.data_as(llama_cpp.llama_token_data_p), len(d), -1, False)
-        llama_cpp.llama_sampler_apply(self.ptr, ctypes.byref(arr))
 
     def free(self) -> None:
         if self.ptr:

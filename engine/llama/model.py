@@ -181,6 +181,15 @@ class Model:
         raw = llama_cpp.llama_vocab_get_text(self.vocab, token)
         return raw.decode("utf-8", errors="replace") if raw else ""
 
+    def token_bytes(self) -> list[bytes]:
+        """Every vocabulary entry's raw bytes, in id order (to compare two vocabularies)."""
+        return [llama_cpp.llama_vocab_get_text(self.vocab, i) or b"" for i in range(self.n_vocab)]
+
+    @property
+    def mask_id(self) -> int:
+        """tokenizer.ggml.mask_token_id as llama.cpp read it (-1: none); a DFlash draft's mask."""
+        return int(llama_cpp.llama_vocab_mask(self.vocab))
+
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
 

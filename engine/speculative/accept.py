@@ -18,11 +18,6 @@ import numpy as np
 from .. import native
 
 
-def target_argmax(logits: np.ndarray) -> np.ndarray:
-    """logits [T+1, n_vocab] float32 (rows may be strided) -> [T+1] int32 greedy tokens."""
-    return native.argmax_rows(logits)
-
-
 def accept_greedy(path, target_argmax) -> tuple[int, int]:
     """path [T], target_argmax [T+1] -> (n_accepted, bonus = target_argmax[n_accepted])."""
     return native.accept_greedy(path, target_argmax)

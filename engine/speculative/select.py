@@ -1,15 +1,15 @@
 """The select stage of the speculative step: the path through the DFlash 2 lattice.
 
-What it is: one call, `select`, that turns the draft's lattice (K candidates and K x K
-transition scores per block slot) into the path the target will verify, with one of
-the native selectors (native/src/fd_select.c):
+What it is: the only code that turns a lattice into a path. `path_from` gives the loop
+the path to verify through a drafter's lattice (K candidates and K x K transition scores
+per block slot); `select` does it with one of the native selectors (native/src/fd_select.c):
   walk     upstream llama.cpp's greedy walk (what the selector was trained for; parity),
   viterbi  the max-product path under p_t(b|a) = softmax(scores_t[a]),
   dp       the path with the most expected accepted tokens; also reports that number,
   top1     DFlash v1: each position's best unary logit (needs `unary`).
 At temperature > 0 with `uniforms`, the path is *drawn* by a sampling walk and comes
 with the proposal q it was drawn from, which rejection sampling needs to stay lossless.
-What it is not: the draft forward (engine/speculative/drafters) or acceptance (accept.py).
+What it is not: the draft forward (drafters/) or acceptance (accept.py).
 
 Lossless sampling note: a deterministic path must be verified as a point mass
 (q = None here; the acceptance stage treats that as K = 1, q = 1). Verifying it
@@ -26,8 +26,29 @@ import numpy as np
 from .. import native
 from ..errors import InvalidRequest
 from ..native import Lattice, RawLattice  # noqa: F401  (re-exported: what callers pass in)
+from .drafters.base import Lattice as DraftLattice
+from .params import SELECTORS
 
-METHODS = ("walk", "viterbi", "dp", "top1")
+
+@dataclass
+class Path:
+    """The path the target verifies after the anchor, with the proposal it was drawn from."""
+
+    tokens: list[int]  # [T] token ids for slots 1..T
+    cand_ids: np.ndarray | None = None  # [T, K] int32 the candidates a drawn path chose among
+    cand_q: np.ndarray | None = None  # [T, K] float32 q over them (rows sum to 1); None = a point mass
+
+
+def path_from(lattice: DraftLattice, T: int, selector: str, temperature: float = 0.0, uniforms=None) -> Path:
+    """The path of T tokens through a drafter's lattice: `selector`'s at temperature 0; with
+    `uniforms` [T] (temperature > 0), drawn by the sampling walk, which acceptance needs to
+    stay lossless."""
+    if uniforms is not None:
+        sel = select(lattice.rows, T, lattice.top_k, "walk", temperature, uniforms=uniforms)
+    else:
+        unary = None if lattice.unary is None else lattice.unary[:T]
+        sel = select(lattice.rows, T, lattice.top_k, selector, unary=unary)
+    return Path(sel.ids.tolist(), sel.cand_ids, sel.q)
 
 
 @dataclass
@@ -45,8 +66,8 @@ def select(lattice: Lattice, T: int, K: int, method: str, temperature: float = 0
     (slot 0 = anchor); T <= B-1 path positions; K candidates per position.
     uniforms [T] in [0, 1) with temperature > 0: draw the path (method must be "walk");
     unary [T, K]: the draft's logits of the candidates, for method "top1"."""
-    if method not in METHODS:
-        raise InvalidRequest(f"unknown path selector {method!r}; choose one of {', '.join(METHODS)}",
+    if method not in SELECTORS:
+        raise InvalidRequest(f"unknown path selector {method!r}; choose one of {', '.join(SELECTORS)}",
                              param="selector")
     if uniforms is not None:
         if not temperature > 0:

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ..sampling import TargetDistribution
+from ..llama.sampler import TargetDistribution
 from .chooser import CostCurve, choose_path_len, expected_committed
 from .drafters.base import Drafter
 from .params import MAX_BLOCK, SpecParams, SpecStats

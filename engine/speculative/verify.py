@@ -9,8 +9,6 @@ is exactly what plain decoding would have picked (the greedy-invariance tests ch
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 
 from .. import native
@@ -27,11 +25,7 @@ def add_verify_rows(batch: Batch, seq_id: int, pos: int, anchor: int, path: list
 
 def target_logits(ctx: Context, rows: list[int]) -> np.ndarray:
     """Logits of the given batch rows after the last decode: [len(rows), n_vocab] (a copy)."""
-    n_vocab = ctx.model.n_vocab
-    out = np.empty((len(rows), n_vocab), dtype=np.float32)  # [T+1, V]
-    for i, r in enumerate(rows):
-        out[i] = np.ctypeslib.as_array(ctx.logits_ptr(r), shape=(n_vocab,))
-    return out
+    return np.array(ctx.logits(rows))  # [T+1, V]
 
 
 def token_logprobs(ctx: Context, rows: list[int], tokens: list[int]) -> list[float]:
@@ -43,18 +37,9 @@ def token_logprobs(ctx: Context, rows: list[int], tokens: list[int]) -> list[flo
 
 
 def target_argmax(ctx: Context, rows: list[int]) -> np.ndarray:
-    """The target's greedy token at each row: [len(rows)] int32 (ties -> lowest id, as llama.cpp).
-
-    A verify's rows are consecutive outputs, so their logits are one block of llama.cpp's
-    buffer: one native call reads them in place (per-row NumPy views cost ~40 us a row)."""
-    n_vocab = ctx.model.n_vocab
-    first = ctypes.cast(ctx.logits_ptr(rows[0]), ctypes.c_void_p).value
-    last = ctypes.cast(ctx.logits_ptr(rows[-1]), ctypes.c_void_p).value
-    if last - first == 4 * n_vocab * (len(rows) - 1):
-        block = np.ctypeslib.as_array(ctypes.cast(first, ctypes.POINTER(ctypes.c_float)),
-                                      shape=(len(rows), n_vocab))  # [T+1, V] in place
-        return native.argmax_rows(block)
-    return native.argmax_rows(target_logits(ctx, rows))  # not one block: copy the rows
+    """The target's greedy token at each row: [len(rows)] int32 (ties -> lowest id, as llama.cpp);
+    a verify's rows are read in place (Context.logits)."""
+    return native.argmax_rows(ctx.logits(rows))
 
 
 def verify_is_exact(ctx: Context, seq_id: int = 0, sizes=(2, 3, 8, 16)) -> tuple[bool, str]:

@@ -223,7 +223,8 @@ DRAFT7 = "http://json-schema.org/draft-07/schema#"
     ({"properties": {"a": {"const": "two\nlines"}}}, "const", "at /properties/a"),
     ({"const": {"say \"hi\"": 1}}, "const", "at the root"),
     ({"enum": ["\U0001F600"]}, "enum", "at the root"),
-    ({"type": "object", "properties": {"a/b": {"type": "string", "pattern": "^\\d+$"}}}, "pattern", "at /properties/a~1b"),
+    ({"type": "object", "properties": {"a/b": {"type": "string", "pattern": "^\\d+$"}}}, "pattern",
+     "at /properties/a~1b"),
 ])
 def test_unsupported_keyword_is_named_with_its_path(schema, keyword, where):
     e = refused(js(schema))
@@ -343,18 +344,22 @@ def test_ref_names_never_collide_with_other_rules(vocab):
     ({"type": "object", "additionalProperties": {"type": "integer"}}, ['{"a": 1, "b": 2}', '{}'], ['{"a": "x"}']),
     ({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}},
      ['{"a": 1}', '{}'], ['{"a": "x"}', '{"b": "x"}']),  # extras dropped: a declared name never gets the wrong value
-    ({"prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False}, ['["a", 1]'], ['["a"]', '["a", 1, 2]']),
+    ({"prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False}, ['["a", 1]'],
+     ['["a"]', '["a", 1, 2]']),
     ({"$schema": DRAFT7, "type": "array", "items": [{"type": "string"}]}, ['["a"]'], ['[1]', '[]']),
-    ({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2}, ['[1]', '[1, 2]'], ['[]', '[1, 2, 3]']),
+    ({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2}, ['[1]', '[1, 2]'],
+     ['[]', '[1, 2, 3]']),
     ({"type": "array", "minItems": 1}, ['[1]', '["a", null]'], ['[]']),
     ({"type": "string", "minLength": 2, "maxLength": 3}, ['"ab"', '"\\u00e9\\u00e9"', '"日本語"'], ['"a"', '"abcd"']),
     ({"type": ["string", "null"], "enum": ["a", None]}, ['"a"', 'null'], ['"b"']),
     ({"type": ["integer", "boolean"]}, ['1', 'true'], ['1.5', '"1"']),
     ({"oneOf": [{"type": "string"}, {"type": "integer"}, {"const": None}]}, ['"x"', '7', 'null'], ['1.5', 'true']),
-    ({"const": {"k": ["caf\u00e9", 1]}}, ['{"k": ["café", 1]}'], ['{"k": ["cafe", 1]}', '{"k":["café",1]}']),  # written as json.dumps does
+    # written as json.dumps does
+    ({"const": {"k": ["caf\u00e9", 1]}}, ['{"k": ["café", 1]}'], ['{"k": ["cafe", 1]}', '{"k":["café",1]}']),
     ({"type": "string", "format": "uuid"}, ['"123e4567-e89b-12d3-a456-426614174000"'], ['"123e4567"']),
     ({"type": "string", "format": "date-time"}, ['"2024-05-31T12:00:00Z"'], ['"2024-05-31 12:00"']),
-    ({"$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
+    ({"$defs": {"node": {"type": "object",
+                         "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
       "$ref": "#/$defs/node"}, ['{"kids": [{"kids": []}, {}]}'], ['{"kids": [1]}']),
     ({"type": "object", "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}},  # "#" is the root
      ['{"next": {"next": null}}', '{}'], ['{"next": 1}']),
@@ -548,7 +553,8 @@ def _grammar_order(value, node: dict, root: dict):
 def test_the_work_order_schema_allows_every_expected_answer(vocab):
     schema = json.loads((EVAL_DATA / "workorder.schema.json").read_text("utf-8"))
     c = compile_response_format(js(schema))
-    answers = [json.loads(line)["expected"] for line in (EVAL_DATA / "workorders-dev.jsonl").read_text("utf-8").splitlines()
+    lines = (EVAL_DATA / "workorders-dev.jsonl").read_text("utf-8").splitlines()
+    answers = [json.loads(line)["expected"] for line in lines
                if line.strip()]
     assert answers
     for answer in answers:
@@ -561,7 +567,8 @@ def test_the_work_order_schema_allows_every_expected_answer(vocab):
     assert list(answers[0]) != list(first) and not accepts(vocab, c.grammar, json.dumps(answers[0]))  # fixed order
     item = first["items"][0]
     for change in ({"due_date": "2026-13-01"}, {"due_date": "16/01/2026"}, {"priority": "asap"},
-                   *({"items": [{**item, **bad}]} for bad in ({"quantity": -1}, {"quantity": 1.5}, {"description": ""}))):
+                   *({"items": [{**item, **bad}]}
+                     for bad in ({"quantity": -1}, {"quantity": 1.5}, {"description": ""}))):
         assert not accepts(vocab, c.grammar, json.dumps({**first, **change})), change
     assert accepts(vocab, c.grammar, json.dumps({**first, "items": [{**item, "quantity": 0}], "due_date": None}))
 

@@ -15,7 +15,8 @@ from engine import native
 from engine.errors import InvalidRequest
 from engine.native import NativeCallError, RawLattice
 import numpy_reference as ref
-from engine.speculative.select import METHODS, Selection, select
+from engine.speculative.params import SELECTORS as METHODS
+from engine.speculative.select import Selection, select
 
 SEEDS = (0, 1, 2)
 KS = (1, 2, 3, 16)

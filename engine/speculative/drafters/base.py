@@ -1,8 +1,10 @@
 """What every drafter (DFlash 2, prompt lookup, test drafters) offers the speculative loop.
 
-The loop owns the target context and decides block lengths; a drafter only proposes
-tokens and keeps whatever state it needs (the DFlash 2 draft's own KV cache, an
-n-gram index) in step with what the target committed. Words as in DESIGN.md §3.
+The loop owns the target context and decides block lengths; a drafter only proposes and
+keeps whatever state it needs (the DFlash 2 draft's own KV cache, an n-gram index) in step
+with what the target committed. A drafter proposes either a path (lookup) or a lattice
+(DFlash 2); turning a lattice into a path is the select stage's job (select.py), and only
+its. Words as in DESIGN.md §3.
 """
 
 from __future__ import annotations
@@ -23,15 +25,28 @@ class SeqView:
 
 
 @dataclass
-class Proposal:
-    """A drafter's path for one sequence: tokens for slots 1..len(tokens) after the anchor."""
+class Lattice:
+    """A DFlash 2 block's output (layout in DESIGN.md §2): row i >= 1 holds slot i's K candidate
+    ids (as float32) and K x K transition scores, predecessor-major; row 0, the anchor, is zeros."""
 
-    tokens: list[int]  # [T] the path, T <= n_draft (may be empty: nothing worth verifying)
-    # For sampling at temperature > 0 (rejection sampling): the proposal distribution q
-    # the path tokens were drawn from. None = deterministic path (q is a point mass).
-    cand_ids: np.ndarray | None = None  # [T, K] int32 candidate ids per path position
-    cand_q: np.ndarray | None = None  # [T, K] float32 q over those candidates (rows sum to 1)
-    stats: dict = field(default_factory=dict)  # drafter-specific timing / diagnostics
+    rows: np.ndarray  # [B, n_embd] float32, B = anchor + drafted slots
+    top_k: int  # K
+    unary: np.ndarray | None = None  # [B-1, K] float32 the draft's logit of each candidate (top1); if asked
+
+
+@dataclass
+class Proposal:
+    """A drafter's offer for one sequence: a path, or a lattice for the select stage; neither
+    (an empty path) means nothing worth verifying this step."""
+
+    path: list[int] = field(default_factory=list)  # [T] tokens for slots 1..T after the anchor
+    lattice: Lattice | None = None
+    skipped: str | None = None  # why nothing was offered (diagnostics)
+    # Timings of the draft call this proposal came from, shared with the other sequences in it:
+    draft_ms: float = 0.0  # the block decode
+    n_blocks: int = 1  # blocks (sequences) that decode carried
+    inject_ms: float = 0.0  # KV injection of the rows the target committed since the last call
+    inject_rows: int = 0
 
 
 class Drafter(Protocol):
@@ -40,11 +55,10 @@ class Drafter(Protocol):
     def attach(self, target_ctx) -> None:
         """Called once before the target's first decode (e.g. to enable layer capture)."""
 
-    def propose(self, seqs: list[SeqView], n_draft: int, temperature: float,
-                unary: bool = False) -> list[Proposal]:
-        """Paths of at most n_draft tokens for all `seqs`, in one draft pass where possible.
-        `unary`: a drafter with a lattice also returns the draft's logit of every candidate
-        (`stats["unary"]`, [T, K]), which the top1 selector needs; others ignore it."""
+    def propose(self, seqs: list[SeqView], n_draft: int, unary: bool = False) -> list[Proposal]:
+        """A proposal of at most n_draft path tokens for each of `seqs`, in one draft pass where
+        possible. `unary`: a drafter with a lattice also returns the draft's logit of every
+        candidate (`Lattice.unary`), which the top1 selector needs; others ignore it."""
 
     def observe(self, committed: list[tuple[int, int, int]]) -> None:
         """Right after a target decode: (seq_id, pos, batch_row) of each decoded token that is
@@ -53,3 +67,25 @@ class Drafter(Protocol):
 
     def forget(self, seq_id: int) -> None:
         """The sequence ended or was cancelled: drop its state (e.g. its draft KV cells)."""
+
+    def close(self) -> None:
+        """Free what the drafter holds (before the target context it points into)."""
+
+
+class StatelessDrafter:
+    """A drafter with nothing to keep between steps (prompt lookup, test drafters): it only
+    proposes paths, so attach, observe, forget and close have nothing to do."""
+
+    name = "stateless"
+
+    def attach(self, target_ctx) -> None:
+        pass
+
+    def observe(self, committed: list[tuple[int, int, int]]) -> None:
+        pass
+
+    def forget(self, seq_id: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -12,26 +12,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Proposal, SeqView
+from .base import Proposal, SeqView, StatelessDrafter
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(StatelessDrafter):
     name = "lookup"
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def attach(self, target_ctx) -> None:
-        pass
-
-    def observe(self, committed) -> None:
-        pass
-
-    def forget(self, seq_id: int) -> None:
-        pass
-
-    def propose(self, seqs: list[SeqView], n_draft: int, temperature: float, unary: bool = False) -> list[Proposal]:
+    def propose(self, seqs: list[SeqView], n_draft: int, unary: bool = False) -> list[Proposal]:
         return [Proposal(self.lookup(s.tokens, n_draft)) for s in seqs]
 
     def lookup(self, tokens: list[int], n_draft: int) -> list[int]:

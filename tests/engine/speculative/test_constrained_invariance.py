@@ -19,7 +19,7 @@ import pytest
 
 from conftest import TEST_CTX, dev_prompts
 from reference import greedy_reference
-from drafters import StatelessDrafter
+from engine.speculative.drafters.base import StatelessDrafter
 from engine import Completion, Engine, EngineConfig, SamplingParams
 from engine.json_schema import compile_response_format
 from engine.speculative.drafters.base import Proposal
@@ -28,7 +28,7 @@ from test_spec_sampling import FixedPathDrafter, chi_square, critical
 
 GREEDY = SamplingParams(temperature=0)
 MAX_TOKENS = 96
-DRAFT = Path(__file__).resolve().parents[2] / "engine" / "drafts" / "smollm2-dflash2.gguf"
+DRAFT = Path(__file__).resolve().parents[3] / "engine" / "drafts" / "smollm2-dflash2.gguf"
 ORDER_SCHEMA = {
     "type": "object",
     "properties": {
@@ -128,7 +128,7 @@ class WrongTokenOracle(StatelessDrafter):
     def __init__(self, answers: dict[tuple, list[int]]):
         self.answers, self.steps = answers, 0
 
-    def propose(self, seqs, n_draft, temperature, unary=False):
+    def propose(self, seqs, n_draft, unary=False):
         out = []
         for s in seqs:
             prompt = next((p for p in self.answers if list(p) == s.tokens[:len(p)]), None)
@@ -151,7 +151,7 @@ class RandomDrafter(StatelessDrafter):
     def __init__(self):
         self.rng = random.Random(5)
 
-    def propose(self, seqs, n_draft, temperature, unary=False):
+    def propose(self, seqs, n_draft, unary=False):
         return [Proposal([self.rng.randrange(49152) for _ in range(n_draft)]) for _ in seqs]
 
 

@@ -132,7 +132,7 @@ def test_lattice_matches_numpy_reference(model_path, tmp_path):
         feats = np.concatenate([tap[rows] for tap in taps], axis=1)  # [P, 5 * 576]
         drafter.observe([(0, i, r) for i, r in enumerate(rows)])
         anchor = target.tokenize(" the")[0]
-        got = drafter.propose([SeqView(0, toks + [anchor], len(toks))], WIDTH - 1, 0.0)[0].stats["lattice"]
+        got = drafter.propose([SeqView(0, toks + [anchor], len(toks))], WIDTH - 1)[0].lattice.rows
         n_emb = int(ext.llama_model_get_tok_embd(target.ptr, None))
         emb = np.empty(n_emb, np.float32)
         ext.llama_model_get_tok_embd(target.ptr, emb.ctypes.data_as(ext._float_p))

@@ -13,7 +13,7 @@ from conftest import dev_prompts
 from engine import Completion, SamplingParams
 from engine.speculative.drafters.base import Proposal, SeqView
 from engine.speculative.params import SpecParams
-from drafters import StatelessDrafter
+from engine.speculative.drafters.base import StatelessDrafter
 
 GREEDY = SamplingParams(temperature=0)
 
@@ -27,7 +27,7 @@ class OracleDrafter(StatelessDrafter):
         self.answers: dict[tuple, list[int]] = {}  # prompt tokens -> plain output tokens
         self.steps = 0
 
-    def propose(self, seqs: list[SeqView], n_draft: int, temperature: float, unary=False) -> list[Proposal]:
+    def propose(self, seqs: list[SeqView], n_draft: int, unary=False) -> list[Proposal]:
         out = []
         for s in seqs:
             answer = next((a for p, a in self.answers.items() if list(p) == s.tokens[:len(p)]), None)
@@ -153,7 +153,7 @@ class FailingDrafter(StatelessDrafter):
 
             raise DraftStepError("lost track (test)")
 
-    def propose(self, seqs, n_draft, temperature, unary=False):
+    def propose(self, seqs, n_draft, unary=False):
         self.calls += 1
         if self.calls % 2:
             from engine.speculative.drafters.dflash import DraftStepError

@@ -17,7 +17,7 @@ import pytest
 from engine import SamplingParams
 from engine.speculative.drafters.base import Proposal
 from engine.speculative.params import SpecParams
-from drafters import StatelessDrafter
+from engine.speculative.drafters.base import StatelessDrafter
 
 PROMPT = "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"
 N = 400
@@ -38,7 +38,7 @@ class FixedPathDrafter(StatelessDrafter):
     def __init__(self, path):
         self.path = path
 
-    def propose(self, seqs, n_draft, temperature, unary=False):
+    def propose(self, seqs, n_draft, unary=False):
         return [Proposal(self.path[:n_draft]) for _ in seqs]
 
 

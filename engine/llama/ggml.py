@@ -1,0 +1,81 @@
+"""ggml's device registry and llama.cpp's build facts, for the hardware report (engine/hardware.py).
+
+llama-cpp-python 0.3.36 does not bind ggml's device registry, so the few ggml_backend_*
+calls needed are declared here with ctypes on the libggml of the build this process loaded
+(llama_cpp._ggml would always load llama_cpp/lib's, the CPU build's where there are two).
+Not the wording: hardware.py turns these facts into sentences.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+
+import llama_cpp
+
+from .build import select
+
+log = logging.getLogger("flashdesk.engine")
+
+# enum ggml_backend_dev_type (ggml-backend.h)
+DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
+
+
+def _ggml():
+    from llama_cpp._ctypes_extensions import load_shared_library
+
+    lib = load_shared_library("ggml", select().folder)  # already loaded with libllama: the same copy
+
+    vp, cp, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
+    for fn, res, args in [("ggml_backend_dev_count", sz, []), ("ggml_backend_dev_get", vp, [sz]),
+                          ("ggml_backend_dev_name", cp, [vp]), ("ggml_backend_dev_description", cp, [vp]),
+                          ("ggml_backend_dev_type", ctypes.c_int, [vp]),
+                          ("ggml_backend_dev_backend_reg", vp, [vp]), ("ggml_backend_reg_name", cp, [vp]),
+                          ("ggml_backend_reg_count", sz, []), ("ggml_backend_reg_get", vp, [sz]),
+                          ("ggml_backend_dev_memory", None, [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)])]:
+        f = getattr(lib, fn)
+        f.restype, f.argtypes = res, args
+    return lib
+
+
+def _text(b: bytes | None) -> str:
+    return (b or b"").decode("utf-8", errors="replace")
+
+
+@functools.cache
+def devices() -> dict:
+    """Devices and compiled-in backends; they do not change while the process runs."""
+    out = {"devices": [], "backends": [], "devices_error": None}
+    try:
+        lib = _ggml()
+        out["backends"] = [_text(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)))
+                           for i in range(lib.ggml_backend_reg_count())]
+        for i in range(lib.ggml_backend_dev_count()):
+            d = lib.ggml_backend_dev_get(i)
+            free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+            lib.ggml_backend_dev_memory(d, ctypes.byref(free), ctypes.byref(total))
+            out["devices"].append({
+                "name": _text(lib.ggml_backend_dev_name(d)),
+                "description": _text(lib.ggml_backend_dev_description(d)),
+                "type": DEVICE_TYPES.get(lib.ggml_backend_dev_type(d), "other"),
+                "backend": _text(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(d))),
+                "memory_bytes": total.value or None,
+            })
+    except (AttributeError, OSError) as e:  # a build without these symbols: report what we know
+        out["devices_error"] = f"cannot list devices: {e}"
+        log.warning("%s", out["devices_error"])
+    return out
+
+
+def supports_gpu_offload() -> bool:
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def system_info() -> str:
+    """llama.cpp's `CPU : SSE3 = 1 | AVX2 = 1 | ...` line of the loaded build."""
+    return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+
+
+def llama_cpp_version() -> str:
+    return llama_cpp.__version__

@@ -1,0 +1,89 @@
+"""The speculation policy: whether a request speculates, with which drafter and block.
+
+What it is: the engine's answer, at admission, to "how does this request decode?". It
+holds the drafters the engine has, what each has shown here across requests
+(`DrafterRecord`), and the machine's verify-cost curve once measured; `state_for` turns a
+request into a `SpecState` (or None: plain decoding). Auto mode picks the DFlash draft
+unless its record shows it useless or no faster than plain decoding on this machine, then
+prompt lookup, and gives the draft a request now and then so its record stays current.
+What it is not: the per-step choice of path length (chooser.py, state.py) or the step
+itself (loop.py). It never touches a llama.cpp context.
+"""
+
+from __future__ import annotations
+
+from ..llama.sampler import TargetDistribution
+from ..prefix import costs_reuse
+from .chooser import CostCurve
+from .drafters.base import Drafter
+from .params import MAX_BLOCK, SpecParams
+from .state import DrafterRecord, SpecState
+
+EXPLORE_TRIALS = 16  # auto mode judges a DFlash draft once its record holds this many first-position trials
+REFRESH = 8  # a draft auto mode set aside gets every REFRESH-th request, so its record stays current
+
+
+class Policy:
+    def __init__(self, *, mode: str, selector: str, block: int, n_ctx: int, n_vocab: int):
+        self.mode = mode  # default for requests that leave it to us ("auto")
+        self.selector = selector  # default DFlash 2 path selector
+        self.block = block  # the largest B the chooser may pick (or B itself for a fixed block)
+        self.n_ctx, self.n_vocab = n_ctx, n_vocab
+        self.enabled = False  # speculation is lossless on this backend (or the user allowed inexact)
+        self.curve: CostCurve | None = None  # this machine's verify-cost curve, once known
+        self.drafters: dict[str, Drafter] = {}
+        self.records: dict[str, DrafterRecord] = {}  # what each drafter has shown here, across requests
+        self._auto_requests = 0
+
+    def add(self, drafter: Drafter) -> None:
+        self.drafters[drafter.name] = drafter
+        self.records[drafter.name] = DrafterRecord()
+
+    def state_for(self, params: SpecParams, sampling, prompt: list[int], slot) -> SpecState | None:
+        """How a request with these settings, admitted into `slot`, speculates; None for plain decoding."""
+        mode = self.mode if params.mode == "auto" else params.mode
+        if mode == "off" or not self.enabled:
+            return None
+        if not params.block and self.curve is None:
+            return None  # the chooser has no cost curve yet (being measured while idle): plain until then
+        if mode == "auto":
+            mode = self.auto_drafter()
+            if costs_reuse(slot, prompt, self.drafters.get(mode)):
+                mode = "lookup"  # re-decoding a long shared prompt would cost more than the draft earns
+        if mode not in self.drafters:
+            return None
+        if sampling.presence_penalty or sampling.frequency_penalty:
+            return None  # penalties depend on every accepted token: those requests decode plainly
+        if sampling.seed is not None and not sampling.greedy and params.mode == "auto":
+            # Speculative sampling draws its uniforms per verify block (accept.py), so the tokens
+            # a seed yields would depend on the drafts and on the chooser's per-step, timing-based
+            # choices, not on the seed alone. A seeded request that leaves the mode to us decodes
+            # plainly, where the same seed draws the same tokens.
+            return None
+        # A fixed block drafts B-1 every step; otherwise the chooser picks T (or plain) per step.
+        curve = None if params.block else self.curve
+        drafter = self.drafters[mode]
+        selector = (params.selector or self.selector) if mode == "dflash" else None
+        info = getattr(drafter, "info", None)  # a DFlash draft cannot draft past its block_size
+        block = min(params.block or self.block, info.block_size if info else MAX_BLOCK)
+        dist = None if sampling.greedy else TargetDistribution(sampling, self.n_vocab)
+        return SpecState(params, drafter, block, self.n_ctx, curve, selector, self.records[mode], dist=dist,
+                         seed=sampling.seed)
+
+    def auto_drafter(self) -> str:
+        """The drafter auto mode uses for the next request: the DFlash draft, unless its record
+        shows it useless (random, mismatched) or, after EXPLORE_TRIALS tries, no faster than
+        plain decoding on this machine's cost curve (a lossless draft whose verify costs more
+        than its tau earns, as on a 2-core CPU): then prompt lookup, which still wins on
+        copy-heavy text. Every REFRESH-th such request tries the draft again, so its record
+        follows a change of use."""
+        rec = self.records.get("dflash")
+        if rec is None or rec.useless():
+            return "lookup"
+        curve = self.curve
+        if rec.trials[0] < EXPLORE_TRIALS or curve is None:  # None: a fixed block, asked before the curve
+            return "dflash"
+        if rec.speed(curve) > 1.0 / curve.cost(1):
+            return "dflash"
+        self._auto_requests += 1
+        return "dflash" if self._auto_requests % REFRESH == 0 else "lookup"
