@@ -56,7 +56,7 @@ def main() -> int:
     model = ModelStore(test_home()).pull("smollm2", progress=no_progress)
     draft = a.draft
     if draft is None:
-        from gguf_tools.dflash_draft import write_random_draft
+        from gguf_tools.dflash import write_random_draft
 
         draft = str(Path(tempfile.mkdtemp()) / "random-dflash2.gguf")
         write_random_draft(draft, model.path, seed=1)

@@ -33,7 +33,7 @@ from engine.llama.context import Context, ContextConfig  # noqa: E402
 from engine.llama.model import Model  # noqa: E402
 from engine.speculative.params import SELECTORS, SpecParams  # noqa: E402
 from engine.speculative.verify import target_logits  # noqa: E402
-from gguf_tools.dflash_draft import write_random_draft  # noqa: E402
+from gguf_tools.dflash import write_random_draft  # noqa: E402
 
 import llama_cpp  # noqa: E402  (after engine, whose __init__ picks the build it loads)
 
@@ -157,7 +157,7 @@ def main() -> int:
                 for p, h in hs:
                     if [t for ev in h for t in ev.tokens] != plain_out[p["id"]]:
                         mismatches.append([p["id"], f"{name} x{a.parallel}"])
-        result["cost_curve_ms"] = [round(x, 3) for x in eng._curve.verify_ms[1:]] if eng._curve else None
+        result["cost_curve_ms"] = [round(x, 3) for x in eng.policy.curve.verify_ms[1:]] if eng.policy.curve else None
     finally:
         eng.close()
 

@@ -68,7 +68,7 @@ def main() -> int:
     if a.draft == "auto" and model.draft_path:
         draft, draft_kind = model.draft_path, "paired"
     elif a.draft in ("auto", "random"):
-        from gguf_tools.dflash_draft import write_random_draft
+        from gguf_tools.dflash import write_random_draft
 
         draft = str(Path(tempfile.mkdtemp()) / "random-dflash2.gguf")
         write_random_draft(draft, model.path, seed=0)

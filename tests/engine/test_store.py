@@ -98,7 +98,7 @@ def test_cli_models_and_import_errors(tmp_path, model_path):
 
 def test_pair_a_draft_and_unpair(tmp_path, model_path):
     from engine.speculative.drafters.dflash import DraftRefused
-    from gguf_tools.dflash_draft import write_random_draft
+    from gguf_tools.dflash import write_random_draft
 
     s = ModelStore(tmp_path / "home")
     s.import_file(model_path, "shop", progress=no_progress)
@@ -118,7 +118,7 @@ def test_pull_pairs_the_shipped_draft_unless_the_user_chose(tmp_path, model_path
     import json
 
     import engine.catalog as catalog
-    from gguf_tools.dflash_draft import write_random_draft
+    from gguf_tools.dflash import write_random_draft
 
     shipped_dir = tmp_path / "drafts"
     shipped_dir.mkdir()

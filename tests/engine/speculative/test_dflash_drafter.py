@@ -14,7 +14,7 @@ from engine.llama.model import Model
 from engine.speculative.drafters.base import SeqView
 from engine.speculative.drafters.dflash import DFlashDrafter, DraftStepError
 from engine.speculative.select import path_from
-from gguf_tools.dflash_draft import write_random_draft
+from gguf_tools.dflash import write_random_draft
 
 K = 16
 PROMPTS = ["The quick brown fox jumps over the lazy dog because",

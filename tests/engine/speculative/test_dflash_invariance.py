@@ -12,7 +12,7 @@ from conftest import TEST_CTX, dev_prompts
 from engine import Completion, Engine, EngineConfig, SamplingParams
 from engine.speculative.params import SpecParams
 from engine.speculative.state import DrafterRecord
-from gguf_tools.dflash_draft import write_random_draft
+from gguf_tools.dflash import write_random_draft
 
 GREEDY = SamplingParams(temperature=0)
 MAX_TOKENS = 40

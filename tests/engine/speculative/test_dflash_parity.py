@@ -19,7 +19,7 @@ from engine.llama.model import Model
 from engine.llama import ext
 from engine.speculative.drafters.dflash import DFlashDrafter
 from engine.speculative.drafters.base import SeqView
-from gguf_tools.dflash_draft import DraftConfig, random_tensors, write_dflash_draft
+from gguf_tools.dflash import DraftConfig, random_tensors, write_dflash_draft
 
 K, SEED, WIDTH = 16, 7, 6
 
