@@ -7,9 +7,11 @@ beside the GGUF. What it is not: a place for claims the report does not hold.
 
 from __future__ import annotations
 
+from engine.speculative.params import SELECTORS
+
 
 def _row(name: str, vals: dict) -> str:
-    return f"| {name} | " + " | ".join(str(vals.get(s, "-")) for s in ("top1", "walk", "viterbi", "dp")) + " |"
+    return f"| {name} | " + " | ".join(str(vals.get(s, "-")) for s in SELECTORS) + " |"
 
 
 def model_card(report: dict, notes: str = "") -> str:
@@ -41,8 +43,8 @@ def model_card(report: dict, notes: str = "") -> str:
         "",
         "tau = tokens committed per target verify (accepted + the target's own next token).",
         "",
-        "| tau | top1 | walk | viterbi | dp |",
-        "|---|---|---|---|---|",
+        "| tau | " + " | ".join(SELECTORS) + " |",
+        "|---" * (len(SELECTORS) + 1) + "|",
     ]
     if off.get("tau"):
         lines.append(_row(f"offline, {off.get('n_seqs')} held-out sequences", off["tau"]))

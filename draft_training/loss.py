@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from engine.speculative.params import SELECTORS
 from engine.speculative.select import select
 
 from .model import DFlashDraft
@@ -65,7 +66,6 @@ def draft_loss(model: DFlashDraft, h: torch.Tensor, anchor: torch.Tensor, labels
     return block + selector_weight * sel, metrics
 
 
-SELECTORS = ("top1", "walk", "viterbi", "dp")
 
 
 def pack_lattice(cand: np.ndarray, scores: np.ndarray, stride: int) -> np.ndarray:
