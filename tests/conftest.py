@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,6 +30,7 @@ import uvicorn  # noqa: E402
 
 from engine import Engine, EngineConfig  # noqa: E402
 from engine.catalog import CATALOG  # noqa: E402
+from engine.llama.model import Model  # noqa: E402
 from engine.store import ModelStore, no_progress  # noqa: E402
 
 # The browser tests' fixtures (ui_server, tab): a plugin, not a second conftest.py, so that
@@ -73,6 +75,38 @@ def engine(model_path):
     assert eng.curve_ready.wait(120), "the verify-cost curve was not measured"
     yield eng
     eng.close()
+
+
+DRAFT = ROOT / "engine" / "drafts" / "smollm2-dflash2.gguf"  # the trained DFlash 2 draft that ships for SmolLM2
+
+
+@contextmanager
+def dflash_engine_on(model_path: str, draft: Path) -> Iterator[Engine]:
+    """An engine drafting with the DFlash 2 draft at `draft`, 4 sequences, its verify-cost curve
+    measured (auto mode needs it); closed after."""
+    eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2, draft=str(draft)))
+    try:
+        assert "dflash" in eng.drafters, eng.draft_error
+        assert eng.curve_ready.wait(120), "the verify-cost curve was not measured"
+        yield eng
+    finally:
+        eng.close()
+
+
+@pytest.fixture(scope="module")
+def dflash_engine(model_path):
+    """An engine with the shipped trained draft (DRAFT). One per module, not one per session: tests
+    add drafters to it and reset its speculation records."""
+    with dflash_engine_on(model_path, DRAFT) as eng:
+        yield eng
+
+
+@pytest.fixture(scope="module")
+def target_model(model_path):
+    """The SmolLM2 target as a bare llama.cpp model (engine/llama/model.py), no engine around it."""
+    m = Model(model_path)
+    yield m
+    m.close()
 
 
 @contextmanager

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from conftest import TEST_CTX, dev_prompts
+from conftest import dev_prompts
 from reference import greedy_reference
 from engine.speculative.drafters.base import StatelessDrafter
-from engine import Completion, Engine, EngineConfig, SamplingParams
+from engine import Completion, SamplingParams
 from engine.json_schema import compile_response_format
 from engine.speculative.drafters.base import Proposal
 from engine.speculative.params import SpecParams
@@ -28,7 +27,6 @@ from test_spec_sampling import FixedPathDrafter, chi_square, critical
 
 GREEDY = SamplingParams(temperature=0)
 MAX_TOKENS = 96
-DRAFT = Path(__file__).resolve().parents[3] / "engine" / "drafts" / "smollm2-dflash2.gguf"
 ORDER_SCHEMA = {
     "type": "object",
     "properties": {
@@ -60,21 +58,12 @@ def cases() -> list[tuple[str, str, list[dict]]]:
 
 
 @pytest.fixture(scope="module")
-def spec_engine(model_path):
-    eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2, draft=str(DRAFT)))
-    assert "dflash" in eng.drafters, eng.draft_error
-    assert eng.curve_ready.wait(120), "the verify-cost curve was not measured"  # auto mode needs it
-    yield eng
-    eng.close()
-
-
-@pytest.fixture(scope="module")
-def plain(spec_engine):
+def plain(dflash_engine):
     """case id -> (prompt tokens, constrained plain greedy output tokens)."""
     out = {}
     for cid, name, messages in cases():
-        ids = spec_engine.tokenize_prompt(spec_engine.render_chat(messages))
-        c = spec_engine.complete(ids, sampling=GREEDY, max_tokens=MAX_TOKENS, grammar=CONSTRAINTS[name].grammar)
+        ids = dflash_engine.tokenize_prompt(dflash_engine.render_chat(messages))
+        c = dflash_engine.complete(ids, sampling=GREEDY, max_tokens=MAX_TOKENS, grammar=CONSTRAINTS[name].grammar)
         out[cid] = (ids, c.tokens)
     return out
 
@@ -97,24 +86,24 @@ def test_plain_constrained_decoding_is_llama_cpps_grammar_sampler(model_path, pl
         assert got == greedy_reference(model_path, ids, MAX_TOKENS, CONSTRAINTS[name].grammar), cid
 
 
-def test_constrained_output_is_valid(spec_engine, plain):
+def test_constrained_output_is_valid(dflash_engine, plain):
     for cid, name, _ in cases():
         ids, tokens = plain[cid]
-        text = spec_engine.model.detokenize(tokens[:-1] if spec_engine.model.is_eog(tokens[-1]) else tokens)
+        text = dflash_engine.model.detokenize(tokens[:-1] if dflash_engine.model.is_eog(tokens[-1]) else tokens)
         if len(tokens) < MAX_TOKENS:  # closed before the limit: must be valid
             assert CONSTRAINTS[name].validate(text) == [], (cid, text)
 
 
 @pytest.mark.parametrize("block", [2, 4, 8])
-def test_lookup_is_lossless_under_a_grammar(spec_engine, plain, block):
-    results = run_all(spec_engine, SpecParams(mode="lookup", block=block))
+def test_lookup_is_lossless_under_a_grammar(dflash_engine, plain, block):
+    results = run_all(dflash_engine, SpecParams(mode="lookup", block=block))
     assert_invariant(plain, results)
     assert sum(r.usage.speculation["verifies"] for r in results.values()) > 0
 
 
 @pytest.mark.parametrize("selector", ["walk", "dp"])
-def test_dflash_is_lossless_under_a_grammar(spec_engine, plain, selector):
-    results = run_all(spec_engine, SpecParams(mode="dflash", selector=selector, block=8))
+def test_dflash_is_lossless_under_a_grammar(dflash_engine, plain, selector):
+    results = run_all(dflash_engine, SpecParams(mode="dflash", selector=selector, block=8))
     assert_invariant(plain, results)
     stats = [r.usage.speculation for r in results.values()]
     assert sum(s["accepted"] for s in stats) > 0
@@ -156,17 +145,17 @@ class RandomDrafter(StatelessDrafter):
 
 
 @pytest.mark.parametrize("block", [4, 8])
-def test_rejection_at_every_position_under_a_grammar(spec_engine, plain, block):
-    spec_engine.add_drafter(WrongTokenOracle({tuple(ids): out for ids, out in plain.values()}))
-    results = run_all(spec_engine, SpecParams(mode="grammar-oracle", block=block))
+def test_rejection_at_every_position_under_a_grammar(dflash_engine, plain, block):
+    dflash_engine.add_drafter(WrongTokenOracle({tuple(ids): out for ids, out in plain.values()}))
+    results = run_all(dflash_engine, SpecParams(mode="grammar-oracle", block=block))
     assert_invariant(plain, results)
     accepted_at = [r.usage.speculation["acceptance_by_position"] for r in results.values()]
     assert any(0 < x < 1 for a in accepted_at for x in a)
 
 
-def test_forbidden_drafts_are_rejected_not_committed(spec_engine, plain):
-    spec_engine.add_drafter(RandomDrafter())
-    results = run_all(spec_engine, SpecParams(mode="random-tokens", block=4))
+def test_forbidden_drafts_are_rejected_not_committed(dflash_engine, plain):
+    dflash_engine.add_drafter(RandomDrafter())
+    results = run_all(dflash_engine, SpecParams(mode="random-tokens", block=4))
     assert_invariant(plain, results)
 
 
@@ -174,16 +163,16 @@ CLOSE_AT = 40  # max_tokens 64, the last 24 close the JSON: every case is cut mi
 
 
 @pytest.mark.parametrize("mode", ["off", "lookup", "dflash", "grammar-oracle"])
-def test_closing_early_is_valid_and_lossless(spec_engine, plain, mode):
+def test_closing_early_is_valid_and_lossless(dflash_engine, plain, mode):
     """close_within: from output token CLOSE_AT on, the grammar's closers win; the answer ends
     complete and valid, and speculation closes at exactly the same tokens."""
     if mode == "grammar-oracle":
-        spec_engine.add_drafter(WrongTokenOracle({tuple(ids): out for ids, out in plain.values()}))
+        dflash_engine.add_drafter(WrongTokenOracle({tuple(ids): out for ids, out in plain.values()}))
     runs = {}
     for m in ("off", mode):
-        hs = {cid: spec_engine.generate(spec_engine.render_chat(msgs), sampling=GREEDY, max_tokens=64,
-                                        speculative=SpecParams(mode=m, block=4 if m != "off" else None),
-                                        grammar=CONSTRAINTS[name].grammar, close_within=64 - CLOSE_AT)
+        hs = {cid: dflash_engine.generate(dflash_engine.render_chat(msgs), sampling=GREEDY, max_tokens=64,
+                                          speculative=SpecParams(mode=m, block=4 if m != "off" else None),
+                                          grammar=CONSTRAINTS[name].grammar, close_within=64 - CLOSE_AT)
               for cid, name, msgs in cases()}
         runs[m] = {cid: Completion.collect(iter(h)) for cid, h in hs.items()}
     for cid, name, _ in cases():
@@ -209,12 +198,12 @@ def colour_draws(eng, spec: SpecParams, grammar: str, seed0: int) -> Counter:
     return out
 
 
-def test_constrained_sampling_matches_plain_constrained_sampling(spec_engine):
+def test_constrained_sampling_matches_plain_constrained_sampling(dflash_engine):
     grammar = compile_response_format({"type": "json_schema", "json_schema": {"name": "c", "schema": COLOURS}}).grammar
-    greedy = spec_engine.complete(PROMPT, max_tokens=12, sampling=GREEDY, grammar=grammar).tokens
-    spec_engine.add_drafter(FixedPathDrafter(greedy[1:]))
-    a = colour_draws(spec_engine, SpecParams(mode="off"), grammar, 0)
-    b = colour_draws(spec_engine, SpecParams(mode="fixed", block=8), grammar, 50_000)
+    greedy = dflash_engine.complete(PROMPT, max_tokens=12, sampling=GREEDY, grammar=grammar).tokens
+    dflash_engine.add_drafter(FixedPathDrafter(greedy[1:]))
+    a = colour_draws(dflash_engine, SpecParams(mode="off"), grammar, 0)
+    b = colour_draws(dflash_engine, SpecParams(mode="fixed", block=8), grammar, 50_000)
     assert len(a) >= 2, f"the target must spread its choices for this test to mean anything: {a}"
     stat, dof = chi_square(a, b)
     assert stat < critical(dof), f"chi2 {stat:.1f} ({dof} dof); plain {a}, spec {b}"

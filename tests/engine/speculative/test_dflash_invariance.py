@@ -1,5 +1,5 @@
 """Greedy invariance with the DFlash 2 drafter in the engine: every selector, block 2/4/8,
-one and four concurrent sequences. The draft is random (no trained draft ships yet),
+one and four concurrent sequences. The draft is random (not the trained one that ships),
 so acceptance is low; what is tested here is that drafting, injection, selection,
 verification and rollback never change a single output token.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import TEST_CTX, dev_prompts
+from conftest import TEST_CTX, dev_prompts, dflash_engine_on
 from engine import Completion, Engine, EngineConfig, SamplingParams
 from engine.speculative.params import SpecParams
 from engine.speculative.state import DrafterRecord
@@ -22,11 +22,8 @@ MAX_TOKENS = 40
 def draft_engine(tmp_path_factory, model_path):
     draft = tmp_path_factory.mktemp("draft") / "random-dflash2.gguf"
     write_random_draft(draft, model_path, seed=3)
-    eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2, draft=str(draft)))
-    assert "dflash" in eng.drafters, eng.draft_error
-    assert eng.curve_ready.wait(120), "the verify-cost curve was not measured"  # auto mode needs it
-    yield eng
-    eng.close()
+    with dflash_engine_on(model_path, draft) as eng:
+        yield eng
 
 
 @pytest.fixture(scope="module")
