@@ -49,7 +49,8 @@ def model_card(report: dict, notes: str = "") -> str:
     if off.get("tau"):
         lines.append(_row(f"offline, {off.get('n_seqs')} held-out sequences", off["tau"]))
     if on.get("selectors"):
-        lines.append(_row(f"online, {on.get('n_prompts')} dev prompts", {s: v["tau"] for s, v in on["selectors"].items()}))
+        taus = {s: v["tau"] for s, v in on["selectors"].items()}
+        lines.append(_row(f"online, {on.get('n_prompts')} dev prompts", taus))
         lines += ["", "Online acceptance per block position (given the earlier ones were accepted):", "",
                   "| selector | " + " | ".join(str(i + 1) for i in range(report["online"]["block"] - 1)) + " |",
                   "|---|" + "---|" * (report["online"]["block"] - 1)]

@@ -50,7 +50,8 @@ def rope_neox(x: torch.Tensor, pos: torch.Tensor, base: float) -> torch.Tensor:
     return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
 
 
-def dyn_conv(x: torch.Tensor, dyn: torch.Tensor, base: torch.Tensor, side: int, kernel: int, group: int) -> torch.Tensor:
+def dyn_conv(x: torch.Tensor, dyn: torch.Tensor, base: torch.Tensor, side: int, kernel: int,
+             group: int) -> torch.Tensor:
     """Dual-tap dynamic convolution along the block. x [..., B, E]; dyn [..., B, 2*kernel*G]
     laid out [side, tap, group]; base [2, kernel, E]. out[t] = sum_j w[t, j] * x[t - j] with
     w[t, j, c] = dyn[t, side, j, c // group] + base[side, j, c].

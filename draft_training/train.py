@@ -101,8 +101,8 @@ class Trainer:
             scale = ckpt["feat_scale"]
         else:
             taps = tuple(self.shards.manifest["target_layers"])
-            self.dcfg = DraftConfig.for_target(target_path, target_layers=taps, n_layer=cfg.n_layer, block_size=cfg.block,
-                                               selector_rank=cfg.selector_rank)
+            self.dcfg = DraftConfig.for_target(target_path, target_layers=taps, n_layer=cfg.n_layer,
+                                               block_size=cfg.block, selector_rank=cfg.selector_rank)
             keep = frequent_ids(self.shards, cfg.n_keep, self.dcfg.n_vocab) if cfg.n_keep else None
             scale = feature_scale(self.shards)
         self.cfg = cfg
@@ -198,7 +198,7 @@ class Trainer:
         trajectory tau (start at the first answer token, jump by accepted + 1, as the engine
         runs) and the acceptance rate per block slot."""
         self.model.eval()
-        B, K, T = self.cfg.block, self.dcfg.selector_top_k, self.cfg.block - 1
+        B, T = self.cfg.block, self.cfg.block - 1
         stride = self.dcfg.n_embd
         seqs = self.shards.seqs["val"][: n_seqs or self.cfg.eval_seqs]
         if not seqs:
@@ -227,7 +227,8 @@ class Trainer:
                 a = acc[s][anc_all]
                 reach[s] += np.array([(a >= k).sum() for k in range(T + 1)])
         out = {"tau": {s: round(float(np.nanmean(v)), 3) for s, v in taus.items()},
-               "slot_accept": {s: [round(float(r[k + 1] / max(r[k], 1)), 3) for k in range(T)] for s, r in reach.items()},
+               "slot_accept": {s: [round(float(r[k + 1] / max(r[k], 1)), 3) for k in range(T)]
+                               for s, r in reach.items()},
                "n_seqs": len(seqs)}
         self.log(f"eval step {self.step}: tau " + ", ".join(f"{s} {v}" for s, v in out["tau"].items()))
         return out

@@ -65,7 +65,8 @@ def main(program: str, home: str | None = None, app_args: list[str] = ()) -> int
     with tempfile.TemporaryDirectory(prefix="flashdesk-smoke-") as empty:
         home = home or empty
         # Windows: its own (hidden) console, so that a Ctrl+C can reach it alone (see ctrl_c).
-        extra = {"creationflags": subprocess.CREATE_NEW_CONSOLE, "startupinfo": _hidden()} if sys.platform == "win32" else {}
+        extra = ({"creationflags": subprocess.CREATE_NEW_CONSOLE, "startupinfo": _hidden()}
+                 if sys.platform == "win32" else {})
         proc = subprocess.Popen([program, "--home", home, "--no-browser", "--port", "0", *app_args],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **extra)
         lines: list[str] = []

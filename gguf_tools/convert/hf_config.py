@@ -151,7 +151,8 @@ def read_hf_config(hf_dir: str | Path) -> HFModel:
     hf_class, arch = _pick_class(cfg, path)
 
     if cfg.get("quantization_config"):
-        method = cfg["quantization_config"].get("quant_method", "?") if isinstance(cfg["quantization_config"], dict) else "?"
+        q = cfg["quantization_config"]
+        method = q.get("quant_method", "?") if isinstance(q, dict) else "?"
         raise ConvertError(f"{path}: the checkpoint is already quantized ({method}); only float weights "
                            "(F32, F16, BF16) can be converted. HINT: use the original unquantized model.")
     act = cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))

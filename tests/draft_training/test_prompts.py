@@ -31,7 +31,8 @@ def test_builtin_mix_is_seeded_and_covers_every_use_in_both_languages():
     assert all(_has_cjk(p["messages"][-1]["content"]) for p in zh)
     for p in a:
         roles = [m["role"] for m in p["messages"]]
-        assert roles in (["user"], ["system", "user"], ["user", "assistant", "user"], ["system", "user", "assistant", "user"])
+        assert roles in (["user"], ["system", "user"], ["user", "assistant", "user"],
+                         ["system", "user", "assistant", "user"])
         for m in p["messages"]:
             assert m["content"].strip() and not SLOT.search(m["content"]), m["content"]  # every slot filled
     assert len({p["id"] for p in a}) == len(a) and a[5]["id"] == "gen-7-5"
@@ -77,15 +78,16 @@ def test_every_slot_a_template_names_can_be_filled():
 
     for lang in ("en", "zh"):
         words, trades = data["words"][lang], data["trades"][lang].values()
-        nodes = [words, *trades] + [data[k][c][lang] for k in ("templates", "tails", "system", "followups") for c in data[k]
-                                    if lang in data[k][c]]
+        nodes = [words, *trades] + [data[k][c][lang] for k in ("templates", "tails", "system", "followups")
+                                    for c in data[k] if lang in data[k][c]]
         for text in (t for node in nodes for t in strings(node)):
             for _, name, _, _ in string.Formatter().parse(text):  # raises on a stray brace
                 if name is None:
                     continue
                 base, head = name.rstrip("0123456789"), name.rpartition("_")[0]
                 ok = (base in prompts._GEN or base in words or all(base in t for t in trades)
-                      or (head in words and all(isinstance(r, dict) and name[len(head) + 1:] in r for r in words[head])))
+                      or (head in words
+                          and all(isinstance(r, dict) and name[len(head) + 1:] in r for r in words[head])))
                 assert ok, (lang, name, text[:80])
 
 
