@@ -19,9 +19,10 @@ SQLite admits one writer at a time anyway, the lock keeps a transaction from
 interleaving with another thread's, and it lets Starlette iterate `export()` from
 whichever threadpool thread it likes (threading.local connections would tie a cursor
 to one thread). Export reads in pages, taking the lock per page and holding no cursor
-across a yield, so a long download never blocks `record()` for more than one page. WAL lets other processes (the sqlite3 CLI, a backup)
-read while the server writes. `record()` blocks for one fsync (about a millisecond on
-an SSD); from an async handler prefer `await run_in_threadpool(log.record, entry)`.
+across a yield, so a long download never blocks `record()` for more than one page. WAL
+lets other processes (the sqlite3 CLI, a backup) read while the server writes. `record()`
+blocks for one fsync (about a millisecond on an SSD); from an async handler prefer
+`await run_in_threadpool(log.record, entry)`.
 
 References: https://www.sqlite.org/wal.html, https://www.sqlite.org/pragma.html#pragma_synchronous,
 https://owasp.org/www-community/attacks/CSV_Injection

@@ -64,7 +64,7 @@ NEVERS = (
                     "`import gguf_tools` does not load libllama", lazy_only=True),
               Allow(("draft_training",), "reads the target's hidden states and logits through libllama while "
                     "it trains (the optional [train] extra, never loaded by the server)"),
-              Allow(("server/doctor.py", "server/desktop/doctor.py"), "the doctor reports llama-cpp-python's version",
+              Allow(("server/desktop/doctor.py",), "the doctor reports llama-cpp-python's version",
                     lazy_only=True),
               Allow(("bench/profile.py", "bench/builds.py"), "a benchmark records which llama.cpp build it timed "
                     "(system_info, GPU offload, the library's path)"),

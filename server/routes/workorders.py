@@ -170,7 +170,8 @@ async def export(request: Request, format: Literal["csv", "jsonl"] = "csv", filt
 
     media = "text/csv; charset=utf-8" if format == "csv" else "application/x-ndjson; charset=utf-8"
     name = f"workorders-{dt.date.today().isoformat()}.{format}"
-    return StreamingResponse(body(), media_type=media, headers={"Content-Disposition": f'attachment; filename="{name}"'})
+    return StreamingResponse(body(), media_type=media,
+                             headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
 
 @router.get("/{record_id}")

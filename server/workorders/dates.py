@@ -236,8 +236,8 @@ _REPLY = re.compile(r"\b(?:call\s+(?:me|us|back)|reply|respond|let\s+(?:me|us)\s
 _EVENT = re.compile(r"\b(?:event|fair|opens?|opening|launch|wedding|party|tour|show|concert|game|match|festival"
                     r"|ceremony|exhibition|expo)\b|尾牙|婚期|婚禮|婚礼|運動會|运动会|演出|活動|活动|表演|比賽|比赛"
                     r"|開幕|开幕|展覽|展览|典禮|典礼", re.I)
-_CHANGED_TO = re.compile(r"\s*(?:改成|改為|改为|改到|延到|延後到|延后到|提前到|→|->|(?:changed?|moved?|pushed?)\s+to)\s*$",
-                         re.I)
+_CHANGED_TO = re.compile(r"\s*(?:改成|改為|改为|改到|延到|延後到|延后到|提前到|→|->"
+                         r"|(?:changed?|moved?|pushed?)\s+to)\s*$", re.I)
 
 
 def find_dates(message: str, sent: dt.date) -> list[DateMention]:

@@ -115,6 +115,6 @@ def assess(engine: Engine, template: Template, done: Completion, text: str, sent
         if flag:
             verdict.flag(code, message, path, **params)
     if done.usage.closed_early and result is not None:
-        verdict.flag("closed_early", "the answer ran long and was closed early to end within max_tokens: values after that "
-                     "point are empty")
+        verdict.flag("closed_early", "the answer ran long and was closed early to end within max_tokens: "
+                     "values after that point are empty")
     return Outcome(result, not errors, errors, verdict, confidence)

@@ -120,7 +120,8 @@ def _compile(t: Template, param: str) -> Constraint:
     if not isinstance(t.schema, dict) or t.schema.get("type") != "object":
         raise InvalidRequest('the schema must describe an object ("type": "object")', param=param)
     try:
-        return compile_response_format({"type": "json_schema", "json_schema": {"name": "workorder", "schema": t.schema}})
+        return compile_response_format({"type": "json_schema",
+                                        "json_schema": {"name": "workorder", "schema": t.schema}})
     except InvalidRequest as e:
         raise InvalidRequest(e.message.replace("response_format.json_schema.schema", param), param=param) from None
 
@@ -150,7 +151,8 @@ class TemplateStore:
     def all(self) -> tuple[dict[str, Template], dict[str, str]]:
         """(name -> template, file name -> why it was not loaded)."""
         found, broken = {}, {}
-        folders = [(BUILTIN, "builtin")] + ([(self.user_dir, "user")] if self.user_dir and self.user_dir.is_dir() else [])
+        user = [(self.user_dir, "user")] if self.user_dir and self.user_dir.is_dir() else []
+        folders = [(BUILTIN, "builtin")] + user
         for folder, source in folders:
             for path in sorted(folder.glob("*.json")):
                 t = self._load(path, source)

@@ -1,4 +1,5 @@
-"""Fixtures of the browser tests (loaded by tests/conftest.py): Debian's chromium driven by Playwright against a real `flashdesk serve`.
+"""Fixtures of the browser tests (loaded by tests/conftest.py): Debian's chromium driven by
+Playwright against a real `flashdesk serve`.
 
 Every page gets a fresh browser context whose requests are all recorded and checked at
 the end of the test: anything addressed outside this server fails the test (and is

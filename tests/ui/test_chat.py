@@ -30,7 +30,8 @@ def send(page, text: str) -> None:
 
 def wait_answer_saved(page, n_answers: int = 1, timeout: float = 120_000):
     page.wait_for_function(
-        "n => document.querySelectorAll('.msg.assistant:not(.writing)').length >= n && !document.querySelector('.writing')",
+        "n => document.querySelectorAll('.msg.assistant:not(.writing)').length >= n"
+        " && !document.querySelector('.writing')",
         arg=n_answers, timeout=timeout)
 
 
@@ -166,7 +167,8 @@ def test_markdown_from_the_model_cannot_inject(tab):
             out.push({
                 tags: [...box.querySelectorAll('*')].map(e => e.tagName.toLowerCase()),
                 hrefs: [...box.querySelectorAll('[href]')].map(e => e.getAttribute('href')),
-                on: [...box.querySelectorAll('*')].flatMap(e => [...e.attributes].map(a => a.name)).filter(n => n.startsWith('on')),
+                on: [...box.querySelectorAll('*')].flatMap(e => [...e.attributes].map(a => a.name))
+                    .filter(n => n.startsWith('on')),
                 text: box.textContent,
             });
         }
@@ -190,7 +192,8 @@ def test_markdown_code_blocks_have_copy_buttons(tab):
         const { renderMarkdown } = await import('/markdown.js');
         const box = document.createElement('div');
         box.className = 'md';
-        box.append(renderMarkdown('# Title\\n\\nSome **bold** and `code`.\\n\\n```python\\nprint(1)\\n```\\n\\n- a\\n- b\\n\\n| x | y |\\n|---|---|\\n| 1 | 2 |'));
+        box.append(renderMarkdown('# Title\\n\\nSome **bold** and `code`.\\n\\n```python\\nprint(1)\\n```\\n\\n'
+                                  + '- a\\n- b\\n\\n| x | y |\\n|---|---|\\n| 1 | 2 |'));
         document.body.append(box);
         return {
             copy: box.querySelectorAll('button').length,

@@ -41,7 +41,8 @@ def test_every_key_the_code_names_exists():
     for html in UI.glob("*.html"):
         text = html.read_text("utf-8")
         used |= set(re.findall(r'data-i18n="([\w.-]+)"', text))
-        used |= {k for pair in re.findall(r'data-i18n-attr="([^"]+)"', text) for k in re.findall(r":\s*([\w.-]+)", pair)}
+        pairs = re.findall(r'data-i18n-attr="([^"]+)"', text)
+        used |= {k for pair in pairs for k in re.findall(r":\s*([\w.-]+)", pair)}
     assert used, "found no t(...) calls: the scan is broken"
     assert sorted(k for k in used if k not in en) == []
 

@@ -74,7 +74,8 @@ def test_models_page_in_traditional_chinese(tab):
     page = tab.open("#/models")
     smol = card(page, "smollm2")
     expect(smol.locator(".model-in-use")).to_have_text("使用中")
-    expect(page.locator(".computer-card .hw-lead")).to_have_text("flashdesk 目前使用處理器（CPU）運作，使用 2 個執行緒。")
+    expect(page.locator(".computer-card .hw-lead")).to_have_text(
+        "flashdesk 目前使用處理器（CPU）運作，使用 2 個執行緒。")
     page.wait_for_timeout(300)
     tab.shot("models-zh-TW")
     # No English sentence of this page (nor the shared words) shows in the Chinese page.
@@ -84,7 +85,8 @@ def test_models_page_in_traditional_chinese(tab):
         for piece in re.split(r"\{\w+\}", value):
             piece = piece.strip(" .,:()…")
             if len(piece) >= 6:
-                assert not re.search(rf"(?<![\w/\\]){re.escape(piece)}(?!\w)", text), f"English on the zh-TW page: {piece!r}"
+                english = re.search(rf"(?<![\w/\\]){re.escape(piece)}(?!\w)", text)
+                assert not english, f"English on the zh-TW page: {piece!r}"
 
 
 @pytest.mark.parametrize("locale, lead, why", [

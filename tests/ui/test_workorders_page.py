@@ -187,7 +187,8 @@ def test_files_example_and_errors(tab):
     expect(mail).to_be_hidden()
 
     # other kinds of file and big files are refused, saying why; the message stays
-    page.set_input_files("#wo-file", files=[{"name": "quote.pdf", "mimeType": "application/pdf", "buffer": b"%PDF-1.4"}])
+    page.set_input_files("#wo-file",
+                         files=[{"name": "quote.pdf", "mimeType": "application/pdf", "buffer": b"%PDF-1.4"}])
     error = page.locator(".wo-input .error-box")
     expect(error).to_be_visible()
     expect(error).to_contain_text("quote.pdf")
