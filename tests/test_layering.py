@@ -20,6 +20,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from repo_files import repo_files
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -205,16 +206,7 @@ def uses_of(path: Path) -> list[Use]:
 @cache
 def source_files() -> tuple[Path, ...]:
     """The non-test Python: tracked or new (not ignored), outside tests/."""
-    try:
-        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"], cwd=ROOT,
-                             capture_output=True, text=True)
-    except FileNotFoundError:  # no git here
-        out = None
-    if out is not None and out.returncode == 0:
-        files = [ROOT / f for f in out.stdout.splitlines()]
-    else:  # not a git checkout (an unpacked sdist)
-        files = [p for p in ROOT.rglob("*.py") if not {".venv", "build"} & set(p.relative_to(ROOT).parts)]
-    return tuple(sorted(f for f in files if f.is_file() and f.relative_to(ROOT).parts[0] != "tests"))
+    return tuple(f for f in repo_files() if f.suffix == ".py" and f.relative_to(ROOT).parts[0] != "tests")
 
 
 @cache

@@ -7,9 +7,10 @@ are held to Python's. Files we vendor from others as they ship (ui/vendor/) are 
 
 from __future__ import annotations
 
-import subprocess
 import warnings
 from pathlib import Path
+
+from repo_files import repo_files
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,17 +21,7 @@ NOT_OURS = ("ui/vendor/",)
 
 def source_files() -> list[Path]:
     """The tracked source files, and new ones not ignored."""
-    try:
-        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                             capture_output=True, text=True)
-    except FileNotFoundError:  # no git here
-        out = None
-    if out is not None and out.returncode == 0:
-        files = [ROOT / f for f in out.stdout.splitlines()]
-    else:  # not a git checkout (an unpacked sdist)
-        files = [p for p in ROOT.rglob("*") if not {".venv", "build", "node_modules"} & set(p.relative_to(ROOT).parts)]
-    return sorted(f for f in files if f.suffix in CAPS and f.is_file()
-                  and not f.relative_to(ROOT).as_posix().startswith(NOT_OURS))
+    return [f for f in repo_files() if f.suffix in CAPS and not f.relative_to(ROOT).as_posix().startswith(NOT_OURS)]
 
 
 def lines(path: Path) -> int:
