@@ -1,0 +1,115 @@
+"""flashdesk's patches to llama.cpp (native/llama-patches/): they apply to the pinned sdist, touch
+only the GPU backends, and the patched CUDA and Metal sources compile; the CPU build is unpatched.
+
+No GPU runs here: bench/gpu_check.py measures what the patch does on one. The CUDA compile needs
+this machine's nvcc and cuBLAS's headers, taken from NVIDIA's PyPI wheel (the headers only, cached
+beside the wheelhouse); without nvcc that test is skipped and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import llama_source  # noqa: E402
+
+CUBLAS = "nvidia-cublas==13.0.2.14"  # the CUDA 13.0 release, as this machine's nvcc
+ARCHS = ("89", "90")  # RTX 4090 (Ada), H100/H200 (Hopper)
+# The CUDA files the patch changes, by what compiles them (mmf.cuh is compiled in its instances).
+CUDA_UNITS = ("mmvq.cu", "mmvf.cu", "softmax.cu", "ggml-cuda.cu", "template-instances/mmf-instance-ncols_8.cu")
+METAL_UNITS = ("ggml-metal-common.cpp", "ggml-metal-ops.cpp", "ggml-metal-device.cpp", "ggml-metal.cpp")
+
+
+def touched() -> list[str]:
+    return [line[len("+++ b/"):] for p in llama_source.patches()
+            for line in p.read_text("utf-8").splitlines() if line.startswith("+++ b/")]
+
+
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory) -> Path:
+    """The pinned sdist, unpacked and patched: its vendor/llama.cpp."""
+    return llama_source.unpack(tmp_path_factory.mktemp("llama-src")) / "vendor" / "llama.cpp"
+
+
+def test_the_patch_applies_to_the_pinned_sdist(patched):
+    text = (patched / "ggml/src/ggml-cuda/common.cuh").read_text("utf-8")
+    assert "bool ggml_cuda_batch_invariant();" in text
+    assert llama_source.pinned_version() in str(patched)
+
+
+def test_it_touches_only_the_gpu_backends_and_the_option():
+    """So the CPU build would be unchanged even if someone built it from the patched tree; the
+    CPU build is in fact built from PyPI's sdist as it is (scripts/setup.sh)."""
+    files = touched()
+    assert files and all(f.startswith(("vendor/llama.cpp/ggml/src/ggml-cuda/", "vendor/llama.cpp/ggml/src/ggml-metal/"))
+                         or f == "vendor/llama.cpp/ggml/CMakeLists.txt" for f in files), files
+    option = [line for p in llama_source.patches() for line in p.read_text("utf-8").splitlines()
+              if line.startswith("+option(")]
+    assert len(option) == 1 and option[0].rstrip().endswith(" OFF)"), option  # one option, off by default
+
+
+def test_the_cpu_build_is_unpatched():
+    from engine.llama import ggml
+
+    assert "BATCH_INVARIANT" not in ggml.system_info()
+    assert ggml.row_band() is None
+
+
+def cublas_headers() -> Path:
+    """cuBLAS's include folder from NVIDIA's wheel (this machine's CUDA has no cuBLAS)."""
+    house = Path(os.environ.get("FLASHDESK_WHEELHOUSE") or Path.home() / ".cache" / "flashdesk-wheels")
+    inc = house / ("headers-" + CUBLAS.replace("==", "-"))
+    if not (inc / "cublas_v2.h").exists():
+        dl = house / "headers-download"
+        subprocess.run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q", "--no-deps",
+                        "-d", str(dl), CUBLAS], check=True)
+        wheel = next(dl.glob("nvidia_cublas-*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            for name in z.namelist():
+                if "/include/" in name and name.endswith(".h"):
+                    inc.mkdir(parents=True, exist_ok=True)
+                    (inc / Path(name).name).write_bytes(z.read(name))
+        shutil.rmtree(dl)
+    return inc
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on this machine: the CUDA compile check needs it")
+def test_the_patched_cuda_files_compile_for_ada_and_hopper(patched, tmp_path):
+    inc = cublas_headers()
+    arch = [a for n in ARCHS for a in ("-gencode", f"arch=compute_{n},code=sm_{n}")]
+
+    def compile_unit(unit: str) -> tuple[str, int, str]:
+        cmd = ["nvcc", "-std=c++17", "-O3", "-use_fast_math", "-extended-lambda", "-DGGML_BATCH_INVARIANT",
+               "-DGGML_CUDA_USE_GRAPHS", "-DGGML_SCHED_MAX_COPIES=4", f"-I{inc}", "-Iggml/include", "-Iggml/src",
+               "-Iggml/src/ggml-cuda", *arch, "-c", f"ggml/src/ggml-cuda/{unit}",
+               "-o", str(tmp_path / (Path(unit).name + ".o"))]
+        r = subprocess.run(cmd, cwd=patched, capture_output=True, text=True)
+        return unit, r.returncode, r.stderr[-3000:]
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        failed = [(u, err) for u, rc, err in pool.map(compile_unit, CUDA_UNITS) if rc]
+    assert not failed, failed
+    # the pinned MMVQ kernels exist beside the stock ones (the runtime switch chooses)
+    syms = subprocess.run(["nm", str(tmp_path / "mmvq.cu.o")], capture_output=True, text=True).stdout
+    assert re.search(r"mul_mat_vec_q.*Li5ELb0ELb0ELb0ELb1E", syms), "no pinned width-5 MMVQ instance"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on this machine")
+def test_the_patched_metal_cpp_files_pass_a_syntax_check(patched):
+    """Not a Metal build (that needs a Mac): the C++ the patch changes, with the option on.
+    `-include memory`: Apple's libc++ brings <memory> in through other headers, libstdc++ does not."""
+    for unit in METAL_UNITS:
+        r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-include", "memory", "-DGGML_BATCH_INVARIANT",
+                            "-Iggml/include", "-Iggml/src", "-Iggml/src/ggml-metal", f"ggml/src/ggml-metal/{unit}"],
+                           cwd=patched, capture_output=True, text=True)
+        assert r.returncode == 0, (unit, r.stderr[-3000:])
