@@ -30,19 +30,31 @@ if [ -z "${FLASHDESK_PORTABLE:-}" ] && [ "$(uname -m)" = x86_64 ]; then
   no_amx=" -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'"
 fi
 flags="-DGGML_LLAMAFILE=OFF${FLASHDESK_PORTABLE:+ -DGGML_NATIVE=OFF}${no_amx}${CMAKE_ARGS:+ $CMAKE_ARGS}"
-house="${FLASHDESK_WHEELHOUSE:-$HOME/.cache/flashdesk-wheels}/$(printf '%s' "$flags" | sha256sum | cut -c1-12)"
+# A CUDA or Metal build (Metal is llama.cpp's default on a Mac) is built from the source with
+# flashdesk's patches (native/llama-patches/README.md: GPU verify rows computed like single tokens),
+# its wheelhouse named by the patch set too. The CPU build is PyPI's sdist as it is.
+src=("llama-cpp-python==$LLAMA_VERSION")
+key="$flags"
+if grep -Eqi -- '-DGGML_(CUDA|METAL)=(on|1|true|yes)( |$)' <<<"$flags" \
+    || { [ "$(uname -s)" = Darwin ] && ! grep -Eqi -- '-DGGML_METAL=(off|0|false|no)( |$)' <<<"$flags"; }; then
+  flags="$flags -DGGML_BATCH_INVARIANT=ON"
+  key="$flags patches=$("$PYTHON" scripts/llama_source.py digest)"
+fi
+house="${FLASHDESK_WHEELHOUSE:-$HOME/.cache/flashdesk-wheels}/$(printf '%s' "$key" | sha256sum | cut -c1-12)"
 if ! compgen -G "$house/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
   echo "Building llama.cpp (llama-cpp-python $LLAMA_VERSION, $flags): about 5 minutes on 2 cores ..."
-  CMAKE_ARGS="$flags" "${PIP[@]}" wheel --no-cache-dir --no-deps "llama-cpp-python==$LLAMA_VERSION" -w "$house"
+  [ "$key" = "$flags" ] || src=("$("$PYTHON" scripts/llama_source.py unpack "$house.src")")
+  CMAKE_ARGS="$flags" "${PIP[@]}" wheel --no-cache-dir --no-deps "${src[@]}" -w "$house"
+  rm -rf "$house.src"
 fi
 # A venv that holds a build with other flags gets this one (pip would keep any 0.3.36).
 stamp=.venv/llama-cpp-flags
 reinstall=()
 if .venv/bin/python -c 'import importlib.metadata as m; m.version("llama-cpp-python")' 2>/dev/null \
-    && [ "$(cat "$stamp" 2>/dev/null)" != "$flags" ]; then
+    && [ "$(cat "$stamp" 2>/dev/null)" != "$key" ]; then
   reinstall=(--force-reinstall --no-deps)
 fi
 "${PIP[@]}" install ${reinstall[@]+"${reinstall[@]}"} --find-links "$house" "llama-cpp-python==$LLAMA_VERSION"
-printf '%s\n' "$flags" > "$stamp"
+printf '%s\n' "$key" > "$stamp"
 printf '%s\n' "$house" > .venv/llama-cpp-wheelhouse  # where that wheel is: the clean-install test reuses it
 "${PIP[@]}" install -e ".${1:+[$1]}"

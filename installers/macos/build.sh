@@ -25,14 +25,20 @@ setup() {
   # GGML_METAL_EMBED_LIBRARY: the Metal shader library is compiled into libggml-metal, so no loose
   # .metallib file has to be found at run time or shipped. GGML_LLAMAFILE=OFF: flashdesk's
   # lossless speculative decoding needs it. GGML_NATIVE=OFF: not tuned to the build machine's CPU.
-  local flags="-DGGML_METAL=on -DGGML_METAL_EMBED_LIBRARY=on -DGGML_LLAMAFILE=OFF -DGGML_NATIVE=OFF"
-  local house
-  house="${FLASHDESK_WHEELHOUSE:-$HOME/.cache/flashdesk-wheels}/$(printf '%s' "$flags" | shasum -a 256 | cut -c1-12)"
+  # GGML_BATCH_INVARIANT: flashdesk's patches (native/llama-patches), so that Metal verify rows
+  # compute like single tokens; built from the patched source, the patch set in the wheelhouse name.
+  local flags="-DGGML_METAL=on -DGGML_METAL_EMBED_LIBRARY=on -DGGML_LLAMAFILE=OFF -DGGML_NATIVE=OFF -DGGML_BATCH_INVARIANT=ON"
+  local key house
+  key="$flags patches=$("$PYTHON" scripts/llama_source.py digest)"
+  house="${FLASHDESK_WHEELHOUSE:-$HOME/.cache/flashdesk-wheels}/$(printf '%s' "$key" | shasum -a 256 | cut -c1-12)"
   [ -x "$PY" ] || "$PYTHON" -m venv .venv
   local pip=("$PY" -m pip --disable-pip-version-check -q)
   if ! compgen -G "$house/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
     echo "Building llama.cpp (llama-cpp-python $LLAMA_VERSION, $flags) ..."
-    CMAKE_ARGS="$flags" "${pip[@]}" wheel --no-cache-dir --no-deps "llama-cpp-python==$LLAMA_VERSION" -w "$house"
+    local src
+    src=$("$PYTHON" scripts/llama_source.py unpack "$house.src")
+    CMAKE_ARGS="$flags" "${pip[@]}" wheel --no-cache-dir --no-deps "$src" -w "$house"
+    rm -rf "$house.src"
   fi
   "${pip[@]}" install --force-reinstall --no-deps --find-links "$house" "llama-cpp-python==$LLAMA_VERSION"
   "${pip[@]}" install --find-links "$house" -e ".[bundle]"  # flashdesk with its native library, PyInstaller

@@ -36,13 +36,24 @@ function Invoke-Native {
     if ($LASTEXITCODE -ne 0) { throw "$exe $($rest -join ' ') failed (exit $LASTEXITCODE)" }
 }
 
-function Build-LlamaWheel([string]$Name, [string]$Flags) {
-    # One wheelhouse per flag set: build\wheels\cpu and build\wheels\cuda never mix.
+# The output of scripts\llama_source.py (a digest, a folder), stopping on failure.
+function Get-LlamaSource {
+    $out = & $Py (Join-Path $Root "scripts\llama_source.py") @args
+    if ($LASTEXITCODE -ne 0) { throw "scripts\llama_source.py $($args -join ' ') failed (exit $LASTEXITCODE)" }
+    return ($out | Select-Object -Last 1)
+}
+
+function Build-LlamaWheel([string]$Name, [string]$Flags, [bool]$Patched = $false) {
+    # One wheelhouse per flag set: build\wheels\cpu and build\wheels\cuda-<patch set> never mix.
+    # A patched build (the GPU one) is built from the source with native\llama-patches applied.
+    if ($Patched) { $Name = "$Name-$(Get-LlamaSource digest)" }
     $house = Join-Path $Wheels $Name
     if (-not (Get-ChildItem -Path $house -Filter "llama_cpp_python-$LlamaVersion-*.whl" -ErrorAction SilentlyContinue)) {
         Write-Host "Building llama-cpp-python $LlamaVersion ($Name`: $Flags) ..."
+        $source = "llama-cpp-python==$LlamaVersion"
+        if ($Patched) { $source = Get-LlamaSource unpack (Join-Path $Wheels "$Name.src") }
         $env:CMAKE_ARGS = $Flags
-        try { Invoke-Native $Py -m pip wheel --no-cache-dir --no-deps "llama-cpp-python==$LlamaVersion" -w $house }
+        try { Invoke-Native $Py -m pip wheel --no-cache-dir --no-deps $source -w $house }
         finally { Remove-Item Env:CMAKE_ARGS -ErrorAction SilentlyContinue }
     }
     return $house
@@ -57,11 +68,13 @@ function Step-Setup {
     # CUDA architectures: fails on a runner without a GPU). With NATIVE off ggml targets an AVX2
     # baseline and its default list of CUDA architectures (override: FLASHDESK_CUDA_ARCHS).
     $cpuFlags = "-DGGML_LLAMAFILE=OFF -DGGML_NATIVE=OFF"
-    $cudaFlags = "-DGGML_CUDA=on $cpuFlags"
+    # GGML_BATCH_INVARIANT (native\llama-patches): GPU verify rows computed like single tokens, so
+    # that speculative decoding stays lossless on the graphics card.
+    $cudaFlags = "-DGGML_CUDA=on -DGGML_BATCH_INVARIANT=ON $cpuFlags"
     if ($env:FLASHDESK_CUDA_ARCHS) { $cudaFlags += " -DCMAKE_CUDA_ARCHITECTURES=$($env:FLASHDESK_CUDA_ARCHS)" }
     if (-not $env:CUDA_PATH) { throw "CUDA_PATH is not set: install the CUDA toolkit (nvcc, cudart, cublas) first" }
     $cpu = Build-LlamaWheel "cpu" $cpuFlags
-    $cuda = Build-LlamaWheel "cuda" $cudaFlags
+    $cuda = Build-LlamaWheel "cuda" $cudaFlags $true
     # The CPU build goes into the venv: PyInstaller bundles it into _internal\llama_cpp\lib.
     Invoke-Native $Py -m pip install --disable-pip-version-check -q --force-reinstall --no-deps --find-links $cpu "llama-cpp-python==$LlamaVersion"
     # The CUDA build goes into its own site folder; Bundle copies its DLLs to lib_cuda.
