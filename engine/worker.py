@@ -25,7 +25,8 @@ from .llama.chat_template import ChatTemplate
 from .llama.context import Context, ContextConfig
 from .errors import ContextLengthExceeded, EngineError, EngineStopped, GenerationFailed, InvalidRequest
 from .llama.grammar import Grammar
-from .llama.model import Model, ModelInfo, batch_invariant_build
+from .llama import ggml
+from .llama.model import Model, ModelInfo
 from .request import Completion, GenerationRequest, RequestHandle, StreamEvent
 from .sampling import SamplingParams
 from .slot import Slot
@@ -36,7 +37,7 @@ from .speculative.drafters.lookup import PromptLookupDrafter
 from .speculative.loop import Stepper
 from .speculative.params import SpecParams
 from .speculative.policy import Policy
-from .speculative.verify import verify_is_exact
+from .speculative.exactness import judge
 
 log = logging.getLogger("flashdesk.engine")
 
@@ -75,17 +76,16 @@ class Engine:
         self.draft_error: str | None = None  # why a configured draft is not in use
         if config.draft:
             self._load_draft(config.draft)
-        self._stepper = Stepper(self.ctx)
         self._t_measure: float | None = None  # when the cost-curve measurement started
         self.totals: collections.Counter = collections.Counter()  # (metric, label) -> count
         # Speculation is only lossless when verify rows compute exactly like single tokens:
-        # measured once here, before the worker starts (the context is free).
-        if not batch_invariant_build():
-            self.spec_exact, self.spec_exact_why = False, ("this llama.cpp build uses llamafile sgemm. HINT: "
-                                                           "reinstall with scripts/setup.sh.")
-        else:
-            self.spec_exact, self.spec_exact_why = verify_is_exact(self.ctx)
+        # measured once here, before the worker starts (the context is free). A patched GPU build
+        # is exact only for decodes of up to `max_rows` rows: the policy and the stepper keep to it.
+        exactness = judge(self.ctx, on_gpu=ggml.supports_gpu_offload() and config.n_gpu_layers != 0)
+        self.spec_exact, self.spec_exact_why, self.max_rows = exactness.exact, exactness.why, exactness.max_rows
         self.spec_enabled = self.policy.enabled = self.spec_exact or config.spec_inexact
+        self.policy.max_rows = self.max_rows
+        self._stepper = Stepper(self.ctx, self.max_rows)
         # The chooser needs this machine's verify-cost curve: from the cache beside the model, else
         # measured by the worker while it is idle (requests that come first decode plainly).
         self.policy.curve = CostCurve.load(config.cost_cache, config.n_threads) if config.cost_cache else None

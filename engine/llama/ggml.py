@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+import re
 
 import llama_cpp
 
@@ -75,6 +76,27 @@ def supports_gpu_offload() -> bool:
 def system_info() -> str:
     """llama.cpp's `CPU : SSE3 = 1 | AVX2 = 1 | ...` line of the loaded build."""
     return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+
+
+def uses_llamafile() -> bool:
+    """llamafile's sgemm computes batches of 2+ rows with other kernels than single tokens, which
+    breaks lossless speculation (scripts/setup.sh builds without it)."""
+    return "LLAMAFILE = 1" in system_info()
+
+
+def batch_invariant() -> str | None:
+    """The GPU backend's `BATCH_INVARIANT` feature (native/llama-patches): the band of batch widths
+    it computes alike ("8"), "off" when switched off at run time (GGML_BATCH_INVARIANT=0), or None
+    for a build without the patch (every CPU build, a stock GPU build)."""
+    m = re.search(r"BATCH_INVARIANT = (\w+)", system_info())
+    return m.group(1) if m else None
+
+
+def row_band() -> int | None:
+    """The most rows a batch may hold and still compute each row as a single-token decode would,
+    on a patched GPU build with the mode on; None where the build promises no band."""
+    value = batch_invariant()
+    return int(value) if value and value.isdigit() else None
 
 
 def llama_cpp_version() -> str:

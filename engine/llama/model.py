@@ -54,12 +54,6 @@ def init_backend(verbose: bool = False) -> None:
             _backend_ready = True
 
 
-def batch_invariant_build() -> bool:
-    """True when a batch of k rows computes each row exactly as a single-token decode would.
-    llamafile's sgemm (used only for k >= 2) breaks that, and with it lossless speculation."""
-    return "LLAMAFILE = 1" not in llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
-
-
 def last_error() -> str:
     """The most telling recent llama.cpp error line, for messages to the user."""
     for line in reversed(recent_errors):

@@ -10,6 +10,11 @@ target did not commit is rolled back from its KV cache in `finally`, so an error
 leaves every sequence exactly at its committed frontier. Drafters see each committed row
 right after the decode (DFlash injects its features).
 
+On a build whose rows are exact only in decodes of at most `max_rows` rows (a GPU build
+with flashdesk's patch, exactness.py), a step holds either one prompt chunk alone, cut as
+if its request were the only one, or generating slots' plain and verify rows, `max_rows`
+at most in all; the two kinds of step take turns.
+
 Not the worker: admission, cancellation, text and finishing stay in worker.py.
 """
 
@@ -47,11 +52,17 @@ class Work:
 
 
 class Stepper:
-    def __init__(self, ctx: Context):
+    def __init__(self, ctx: Context, max_rows: int | None = None):
         self.ctx = ctx
+        self.max_rows = max_rows  # None: rows compute alike in a batch of any size
+        self._prefilled = False  # the last banded step was a prompt chunk
+        self._turn = 0  # banded steps: where the rotation of generating slots starts
 
     def step(self, slots: list) -> dict[int, list[int]]:
-        """Decode once for all `slots`; returns seq_id -> tokens committed this step."""
+        """Decode once for `slots` (on a banded build, for those whose turn it is); returns
+        seq_id -> tokens committed this step."""
+        if self.max_rows is not None:
+            slots = self._band(slots)
         work = self._plan(slots)  # prefill | plain | verify(T), drafts selected into paths
         self._fill(work)
         try:
@@ -69,8 +80,26 @@ class Stepper:
 
     # -- plan ---------------------------------------------------------------------------
 
+    def _band(self, slots: list) -> list:
+        """This step's slots on a banded build: one prompt chunk alone, or at most `max_rows`
+        generating slots (taking turns when there are more), alternately."""
+        prefill = [s for s in slots if s.prefilling]
+        gen = [s for s in slots if not s.prefilling]
+        self._prefilled = bool(prefill) and (not gen or not self._prefilled)
+        if self._prefilled:
+            return prefill[:1]
+        if len(gen) > self.max_rows:
+            self._turn = (self._turn + 1) % len(gen)
+            gen = sorted((gen[self._turn:] + gen[:self._turn])[:self.max_rows], key=lambda s: s.seq_id)
+        return gen
+
     def _plan(self, slots: list) -> list[Work]:
         want = {s.seq_id: s.spec.path_len(s) for s in slots if s.spec is not None and not s.prefilling}
+        if self.max_rows is not None:  # the step's rows: one per slot, then paths while room lasts
+            room = self.max_rows - len(slots)
+            for seq_id in want:
+                want[seq_id] = min(want[seq_id], room)
+                room -= want[seq_id]
         paths = self._draft([s for s in slots if want.get(s.seq_id, 0) > 0], want)
         return [Work(s, "prefill") if s.prefilling else
                 Work(s, "verify", paths[s.seq_id]) if s.seq_id in paths else Work(s, "plain") for s in slots]

@@ -30,10 +30,16 @@ class Policy:
         self.block = block  # the largest B the chooser may pick (or B itself for a fixed block)
         self.n_ctx, self.n_vocab = n_ctx, n_vocab
         self.enabled = False  # speculation is lossless on this backend (or the user allowed inexact)
+        self.max_rows: int | None = None  # a banded GPU build: verify rows (anchor + path) exact up to this many
         self.curve: CostCurve | None = None  # this machine's verify-cost curve, once known
         self.drafters: dict[str, Drafter] = {}
         self.records: dict[str, DrafterRecord] = {}  # what each drafter has shown here, across requests
         self._auto_requests = 0
+
+    @property
+    def max_block(self) -> int:
+        """The largest block B (anchor + B-1 drafted tokens) this backend verifies exactly."""
+        return min(MAX_BLOCK, self.max_rows or MAX_BLOCK)
 
     def add(self, drafter: Drafter) -> None:
         self.drafters[drafter.name] = drafter
@@ -65,7 +71,7 @@ class Policy:
         drafter = self.drafters[mode]
         selector = (params.selector or self.selector) if mode == "dflash" else None
         info = getattr(drafter, "info", None)  # a DFlash draft cannot draft past its block_size
-        block = min(params.block or self.block, info.block_size if info else MAX_BLOCK)
+        block = min(params.block or self.block, info.block_size if info else MAX_BLOCK, self.max_block)
         dist = None if sampling.greedy else TargetDistribution(sampling, self.n_vocab)
         return SpecState(params, drafter, block, self.n_ctx, curve, selector, self.records[mode], dist=dist,
                          seed=sampling.seed)
@@ -83,7 +89,7 @@ class Policy:
         curve = self.curve
         if rec.trials[0] < EXPLORE_TRIALS or curve is None:  # None: a fixed block, asked before the curve
             return "dflash"
-        if rec.speed(curve) > 1.0 / curve.cost(1):
+        if rec.speed(curve, self.max_block - 1) > 1.0 / curve.cost(1):
             return "dflash"
         self._auto_requests += 1
         return "dflash" if self._auto_requests % REFRESH == 0 else "lookup"

@@ -122,7 +122,7 @@ def test_exactness_probe_leaves_the_context_as_it_found_it(model_path):
 
     from engine.llama.context import Context, ContextConfig
     from engine.llama.model import Model
-    from engine.speculative.verify import verify_is_exact
+    from engine.speculative.exactness import verify_is_exact
 
     model = Model(model_path)
     ctx = Context(model, ContextConfig(n_ctx_seq=256, n_seq=2, n_batch=64, n_threads=2))
