@@ -91,6 +91,25 @@ def _why_cpu(build: LlamaBuild) -> str:
     return f"The graphics-card (CUDA) build could not be loaded ({build.error}), {slower}"
 
 
+def exactness_promise(gpu_offload: bool) -> str:
+    """What this build promises about lossless speculation before any model loads; the engine then
+    measures it at load (engine/speculative/exactness.py), and that measurement decides."""
+    mode = ggml.batch_invariant()
+    if ggml.uses_llamafile():
+        return ("speculation would not be exact: this build uses llamafile's sgemm. "
+                "HINT: reinstall with scripts/setup.sh")
+    if mode and mode.isdigit():
+        return (f"graphics-card build with flashdesk's batch-invariant patch: verify batches of up to {mode} rows "
+                "should compute like single tokens; the engine measures it when a model loads")
+    if mode == "off":
+        return ("graphics-card build with flashdesk's batch-invariant patch, switched off (GGML_BATCH_INVARIANT=0): "
+                "speculation stays off on the graphics card")
+    if gpu_offload:
+        return ("graphics-card build without flashdesk's batch-invariant patch: speculation stays off on the "
+                "graphics card. HINT: reinstall with scripts/setup.sh")
+    return "CPU build: verify rows compute like single tokens at every batch size (measured when a model loads)"
+
+
 def report(threads: int) -> dict:
     """Everything GET /v1/system says about the machine, for `threads` CPU threads."""
     hw = ggml.devices()
@@ -101,6 +120,7 @@ def report(threads: int) -> dict:
         **describe(gpu_offload, hw["devices"], hw["backends"], threads, build),
         "llama_build": build.facts(),
         "gpu_offload": gpu_offload,
+        "exactness": exactness_promise(gpu_offload),
         "devices": hw["devices"],
         "devices_error": hw["devices_error"],
         "backends": hw["backends"],

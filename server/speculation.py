@@ -5,7 +5,8 @@ The names (modes, selectors, the largest block) are engine/speculative/params.py
 settings, the request schemas and the CLI take their types from here, and the UI builds its
 choices from `names()` in /health instead of keeping its own list. Once a model is loaded,
 the engine's facts join them: the drafters it has, its default mode, and whether
-speculation is exact on this backend (`exact`, the reason in `exact_why`) and on (`enabled`).
+speculation is exact on this backend (`exact`, the reason in `exact_why`) and on (`enabled`),
+and on a banded GPU build the most verify rows it stays exact for (`max_rows`; null: any).
 
 What this is not: a route, or the decision to speculate (that is the engine's).
 """
@@ -32,5 +33,6 @@ def facts(engine: Engine) -> dict:
     return names() | {
         "drafters": sorted(engine.drafters), "default": engine.config.spec_mode,
         "exact": engine.spec_exact, "exact_why": engine.spec_exact_why, "enabled": engine.spec_enabled,
+        "max_rows": engine.max_rows,
         "draft_error": engine.draft_error, "cost_curve": engine.cost_curve,
     }

@@ -30,12 +30,13 @@ LOG_TAIL_BYTES = 2 << 20  # per log file in the bundle: the recent part is what 
 def _port_state(port: int) -> dict:
     with socket.socket() as s:
         free = s.connect_ex(("127.0.0.1", port)) != 0
-    state = {"port": port, "in_use": not free, "flashdesk": None}
+    state = {"port": port, "in_use": not free, "flashdesk": None, "speculation": None}
     if not free:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-                state["flashdesk"] = json.loads(r.read()).get("status")
-        except (OSError, ValueError):
+                health = json.loads(r.read())
+            state["flashdesk"], state["speculation"] = health.get("status"), health.get("speculation")
+        except (OSError, ValueError, AttributeError):
             state["flashdesk"] = None  # something else listens there
     return state
 
@@ -87,8 +88,18 @@ def format_report(r: dict) -> str:
         lines.append(f"port        {port['port']}: a flashdesk answers there ({port['flashdesk']})")
     else:
         lines.append(f"port        {port['port']} is taken by another program; the app picks another port")
+    lines.append(f"speculation {_speculation_line(port.get('speculation'), hw.get('exactness'))}")
     lines.append(f"logs        {r['logs'] or 'none yet'}")
     return "\n".join(lines)
+
+
+def _speculation_line(served: dict | None, promise: str | None) -> str:
+    """Whether speculative decoding is exact and on: as the running server measured it, else what
+    this build promises (the engine measures it when a model loads)."""
+    if served and served.get("exact_why"):
+        state = "on" if served.get("enabled") else "off"
+        return f"{state}, {'exact' if served.get('exact') else 'NOT exact'}: {served['exact_why']} (the running server)"
+    return f"{promise or 'unknown'}; no flashdesk server is running to measure it"
 
 
 def _build_line(b: dict) -> str:
