@@ -108,11 +108,12 @@ def exactness(model: Model, smoke: bool) -> dict:
             for i, r in enumerate(rows):
                 together[i].append(np.array(ctx.logits([r])[0], dtype=np.float32).tobytes())
         for i, pr in enumerate(prompts):
-            out["multi"].append({"prompt": len(pr), "rows_differ": [j for j in range(4) if together[i][j] != alone[i][j]]})
+            differ = [j for j in range(4) if together[i][j] != alone[i][j]]
+            out["multi"].append({"prompt": len(pr), "rows_differ": differ})
             ctx.forget(i)
     finally:
         ctx.close()
-    out["exact"] = (all(not c["rows_differ"] for c in out["chunks"]) and all(not m["rows_differ"] for m in out["multi"]))
+    out["exact"] = not any(c["rows_differ"] for c in out["chunks"] + out["multi"])
     return out
 
 
@@ -154,8 +155,8 @@ def speculative(model_path: str, draft: str | None, smoke: bool) -> dict:
         def run(spec, parallel):
             out = {}
             for i in range(0, len(prompts), parallel):
-                hs = {p["id"]: eng.generate(eng.render_chat(p["messages"]), sampling=greedy,
-                                            max_tokens=p["max_tokens"], speculative=spec) for p in prompts[i:i + parallel]}
+                hs = {p["id"]: eng.generate(eng.render_chat(p["messages"]), sampling=greedy, max_tokens=p["max_tokens"],
+                                            speculative=spec) for p in prompts[i:i + parallel]}
                 out |= {k: Completion.collect(iter(h)).tokens for k, h in hs.items()}
             return out
 
