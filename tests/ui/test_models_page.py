@@ -112,6 +112,24 @@ def test_a_package_with_a_cuda_build_says_on_the_page_why_it_uses_the_processor(
         assert not t.errors and not t.blocked
 
 
+def test_a_graphics_card_exact_up_to_a_band_is_said_in_plain_words(tab):
+    """A patched GPU build measured exact up to 8 rows (server/speculation.py `max_rows`): the real
+    server's /health with those facts put in, as such a build's would be."""
+    why = "this graphics-card build has flashdesk's batch-invariant patch, and verify batches of up to 8 rows ..."
+
+    def banded(route):
+        health = route.fetch().json()
+        if health.get("speculation"):
+            health["speculation"] |= {"max_rows": 8, "exact": True, "enabled": True, "exact_why": why}
+        route.fulfill(json=health)
+
+    tab.page.route("**/health", banded)
+    computer = tab.open("#/models").locator(".computer-card")
+    expect(computer).to_contain_text("On the graphics card flashdesk checks up to 7 guessed words at a time")
+    computer.get_by_text("Technical details").click()
+    expect(computer).to_contain_text(why)
+
+
 SMOL = {"name": "smollm2", "title": "SmolLM2-135M-Instruct (Q4_1)", "size": 98362432, "license": "Apache-2.0",
         "has_draft": True}
 SMOL_INSTALLED = {"name": "smollm2", "object": "store.model", "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
