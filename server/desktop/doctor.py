@@ -58,7 +58,10 @@ def report(home: str | None = None) -> dict:
     store = ModelStore(home)
     models = [{"name": m.name, "file": m.file, "size": m.size, "architecture": m.architecture,
                "source": m.source, "draft": m.draft or None} for m in store.list()]
-    disk = shutil.disk_usage(store.home if store.home.exists() else store.home.parent)
+    here = store.home
+    while not here.exists() and here != here.parent:  # a fresh machine: no home (nor its parent) yet
+        here = here.parent
+    disk = shutil.disk_usage(here)
     logs = store.home / "logs"
     return {
         "flashdesk": _version(), "python": sys.version.split()[0], "platform": platform.platform(),

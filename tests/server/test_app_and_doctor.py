@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from conftest import ROOT, linked_home, start_app
-from server.desktop.doctor import report, write_bundle
+from server.desktop.doctor import format_report, report, write_bundle
 from server.desktop.launcher import PREFERRED_PORT, bind_loopback
 
 
@@ -87,3 +87,15 @@ def test_doctor_command_prints_plain_words(tmp_path, store):
     assert r.returncode == 0, r.stderr
     assert "hardware    Running on the CPU" in r.stdout and "model       smollm2" in r.stdout
     assert (tmp_path / "b.zip").is_file() and "no conversations" in r.stdout
+    # no server runs on the port: the build's promise, which the engine measures at load
+    assert "speculation CPU build: verify rows compute like single tokens" in r.stdout
+
+
+def test_doctor_on_a_fresh_machine_and_with_a_server_that_measured(tmp_path):
+    r = report(str(tmp_path / "not" / "yet" / "home"))  # nothing of the home exists yet
+    assert r["models"] == [] and r["disk_free_bytes"] > 0
+    r["port"] |= {"in_use": True, "flashdesk": "ready", "speculation": {
+        "enabled": False, "exact": False, "exact_why": "this graphics-card build of llama.cpp lacks flashdesk's "
+                                                       "batch-invariant patch"}}
+    assert ("speculation off, NOT exact: this graphics-card build of llama.cpp lacks flashdesk's batch-invariant "
+            "patch (the running server)") in format_report(r)
