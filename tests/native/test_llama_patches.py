@@ -27,6 +27,9 @@ CUBLAS = "nvidia-cublas==13.0.2.14"  # the CUDA 13.0 release, as this machine's 
 ARCHS = ("89", "90")  # RTX 4090 (Ada), H100/H200 (Hopper)
 # The CUDA files the patch changes, by what compiles them (mmf.cuh is compiled in its instances).
 CUDA_UNITS = ("mmvq.cu", "mmvf.cu", "softmax.cu", "ggml-cuda.cu", "template-instances/mmf-instance-ncols_8.cu")
+# a dense mul_mat_vec_q kernel's PTX entry: <type, width, has_fusion, small_k, halve_iters, pinned>, its threads
+MMVQ_ENTRY = re.compile(r"\.entry _Z13mul_mat_vec_qIL9ggml_type\d+ELi(\d)ELb\dELb\dELb\dELb(\d)E\w*\(.*?\)\s*"
+                        r"\.maxntid (\d+)", re.S)
 METAL_UNITS = ("ggml-metal-common.cpp", "ggml-metal-ops.cpp", "ggml-metal-device.cpp", "ggml-metal.cpp")
 
 
@@ -93,15 +96,27 @@ def test_the_patched_cuda_files_compile_for_ada_and_hopper(patched, tmp_path):
                "-DGGML_CUDA_USE_GRAPHS", "-DGGML_SCHED_MAX_COPIES=4", f"-I{inc}", "-Iggml/include", "-Iggml/src",
                "-Iggml/src/ggml-cuda", *arch, "-c", f"ggml/src/ggml-cuda/{unit}",
                "-o", str(tmp_path / (Path(unit).name + ".o"))]
+        if unit == "mmvq.cu":  # its PTX, kept: the warp counts are read from it below
+            keep = tmp_path / "mmvq-keep"
+            keep.mkdir()
+            cmd += ["--keep", "--keep-dir", str(keep)]
         r = subprocess.run(cmd, cwd=patched, capture_output=True, text=True)
         return unit, r.returncode, r.stderr[-3000:]
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         failed = [(u, err) for u, rc, err in pool.map(compile_unit, CUDA_UNITS) if rc]
     assert not failed, failed
-    # the pinned MMVQ kernels exist beside the stock ones (the runtime switch chooses)
-    syms = subprocess.run(["nm", str(tmp_path / "mmvq.cu.o")], capture_output=True, text=True).stdout
-    assert re.search(r"mul_mat_vec_q.*Li5ELb0ELb0ELb0ELb1E", syms), "no pinned width-5 MMVQ instance"
+    # A1 as compiled: every pinned MMVQ kernel (widths 2..8) launches with width 1's threads (4 warps,
+    # 128), while the stock ones (kept for GGML_BATCH_INVARIANT=0) drop to 2 warps from width 5
+    ptx = [f.read_text("utf-8") for f in (tmp_path / "mmvq-keep").glob("*.ptx")]
+    assert len(ptx) == len(ARCHS), sorted(p.name for p in (tmp_path / "mmvq-keep").iterdir())
+    for text in ptx:
+        threads: dict[tuple[int, bool], set[int]] = {}
+        for width, pinned, n in MMVQ_ENTRY.findall(text):
+            threads.setdefault((int(width), pinned == "1"), set()).add(int(n))
+        assert threads[(1, False)] == {128}, threads
+        assert all(threads[(w, True)] == {128} for w in range(2, 9)), threads
+        assert threads[(5, False)] == {64}, threads  # the control: stock really differs there
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on this machine")
