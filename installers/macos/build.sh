@@ -4,7 +4,7 @@
 #     bash installers/macos/build.sh                  # every step, in order
 #     bash installers/macos/build.sh bundle smoke     # only these steps
 # Steps: setup · model · bundle · sign · dmg · notarize · smoke (see each function).
-# Apple silicon (arm64) with Metal. Needs Xcode command line tools (clang, codesign, hdiutil,
+# Apple silicon (arm64) with Metal. Needs Xcode command line tools (clang, git, codesign, hdiutil,
 # xcrun notarytool/stapler) and Python 3.10+.
 # NOT RUN YET: written and reviewed on Linux, where only installers/linux/build.sh was built and
 # smoke-tested.

@@ -4,7 +4,8 @@
 # Steps: Setup · Model · Bundle · Sign · Package · Smoke (see each function).
 # Needs: Python 3.11 (py launcher), Visual Studio 2022 C++ build tools (run from a Developer
 # PowerShell, or after ilammy/msvc-dev-cmd in CI, so cl.exe and dumpbin.exe are on PATH),
-# the CUDA toolkit (CUDA_PATH set) for the CUDA build, Inno Setup 6 for Package.
+# the CUDA toolkit (CUDA_PATH set) for the CUDA build, git (it applies native\llama-patches to the
+# CUDA build's source), Inno Setup 6 for Package.
 # NOT RUN YET: written and reviewed on Linux, where only installers/linux/build.sh was built
 # and smoke-tested.
 [CmdletBinding()]
