@@ -196,15 +196,18 @@ def child(args, name: str, switch: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def random_model(out: Path, n_layer: int, n_embd: int, tokenizer_from: str) -> None:
-    """An 8B-shaped llama (32 layers, 4096 wide, GQA 32/8, FFN 14336) with the tokenizer of the GGUF
-    `tokenizer_from` (SmolLM2's) and random F16 weights, quantized to Q4_K_M: real kernel shapes
-    for cost, not for acceptance. Written on the GPU machine itself (16 GB before quantizing)."""
+SYNTHETIC_VOCAB = 32000  # llama 2's size: the output matmul's real shape
+
+
+def random_model(out: Path, n_layer: int, n_embd: int, tokenizer_from: str | None = None) -> None:
+    """An 8B-shaped llama (32 layers, 4096 wide, GQA 32/8, FFN 14336) with random F16 weights,
+    quantized to Q4_K_M: real kernel shapes for cost and exactness, not for acceptance. Written on
+    the GPU machine itself (16 GB before quantizing), so nothing has to travel there. Its tokenizer
+    is the GGUF `tokenizer_from`'s, or a synthetic SentencePiece-style one of SYNTHETIC_VOCAB tokens."""
     import gguf
 
     from gguf_tools.quantize import quantize
 
-    src = gguf.GGUFReader(tokenizer_from)
     n_head, n_kv, n_ff = n_embd // 128, max(1, n_embd // 512), int(n_embd * 3.5)
     f16 = out.with_suffix(".f16.gguf")
     w = gguf.GGUFWriter(str(f16), "llama")
@@ -217,11 +220,24 @@ def random_model(out: Path, n_layer: int, n_embd: int, tokenizer_from: str) -> N
     w.add_rope_freq_base(500000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(1)
-    for field in src.fields.values():  # the tokenizer, as SmolLM2 has it
-        if field.name.startswith("tokenizer."):
-            val = field.contents()
-            w.add_key_value(field.name, val, field.types[0], sub_type=field.types[-1] if len(field.types) > 1 else None)
-    n_vocab = len(src.fields["tokenizer.ggml.tokens"].data)
+    if tokenizer_from:
+        src = gguf.GGUFReader(tokenizer_from)
+        for field in src.fields.values():
+            if field.name.startswith("tokenizer."):
+                w.add_key_value(field.name, field.contents(), field.types[0],
+                                sub_type=field.types[-1] if len(field.types) > 1 else None)
+        n_vocab = len(src.fields["tokenizer.ggml.tokens"].data)
+    else:  # <unk> <s> </s>, the 256 byte tokens, then plain pieces
+        tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+        tokens += [f"\u2581t{i}" for i in range(SYNTHETIC_VOCAB - len(tokens))]
+        w.add_tokenizer_model("llama")
+        w.add_token_list(tokens)
+        w.add_token_scores([0.0] * 3 + [0.0] * 256 + [-float(i) for i in range(SYNTHETIC_VOCAB - 259)])
+        w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (SYNTHETIC_VOCAB - 259))
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_unk_token_id(0)
+        n_vocab = SYNTHETIC_VOCAB
     rng = np.random.default_rng(0)
 
     def rand(*shape):
@@ -260,16 +276,13 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="fewer sizes and prompts (a CPU try of the script)")
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--embd", type=int, default=4096)
-    ap.add_argument("--tokenizer-from", help="random-model: the GGUF whose tokenizer it gets (default: smollm2)")
+    ap.add_argument("--tokenizer-from", help="random-model: a GGUF whose tokenizer it gets (default: a synthetic one)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "gpu_check.json"))
     args = ap.parse_args()
     if args.command == "part":
         part(args)
         return 0
     if args.command == "random-model":
-        if not args.tokenizer_from:
-            from engine.store import ModelStore, no_progress
-            args.tokenizer_from = str(ModelStore().pull("smollm2", progress=no_progress).path)
         random_model(Path(args.model), args.layers, args.embd, args.tokenizer_from)
         return 0
     report = {"system_info": ggml.system_info(), "model": Path(args.model).name}
