@@ -1,16 +1,24 @@
-"""The DFlash 2 draft format (GGUF architecture `dflash`): its keys, `DraftConfig`, and
-whether a draft fits a target.
+"""The DFlash draft format (GGUF architecture `dflash`): its keys, `DraftConfig`, the two kinds
+we run, and whether a draft fits a target.
 
 What it is: the one place that knows what a draft GGUF holds. The writer (write.py), the
-converter (convert.py), the trainer (draft_training/) and the engine's check before it
-loads a draft (engine/speculative/drafters/dflash_fit.py) all take the key names,
-`CAPTURE_ARCHS`, the config and its validation from here. `DraftConfig.from_gguf` reads
-a draft back through `check_gguf` (the one bounds-checked walker); `fits` says what stops
-a draft from running on a target, given the few `TargetFacts` the engine knows.
+reader (read.py, behind `DraftConfig.from_gguf`), the converter (convert.py), the trainer
+(draft_training/) and the engine's check before it loads a draft
+(engine/speculative/drafters/dflash_fit.py) all take the key names, `CAPTURE_ARCHS`, the
+config and its validation from here; `fits` says what stops a draft from running on a
+target, given the few `TargetFacts` the engine knows.
 
-What it is not: a writer (write.py), a converter (convert.py, convert_config.py) or a
-binding. Nothing here imports llama_cpp, so `flashdesk inspect` and the trainer can ask
-"can this target pair a draft?" without loading llama.cpp.
+Two kinds (`DraftConfig.kind`), told apart as llama.cpp's `src/models/dflash.cpp` does, by
+the tensor `selector_hidden.weight`:
+- "dflash2": DFlash 2, the dual-tap dynamic convolutions and the candidate selector (K > 0
+  candidates per slot, the lattice in the nextn slot);
+- "dflash1": plain DFlash, no conv or selector keys or tensors; its block decode gives the
+  draft's logits per block slot (`llama_model_dflash_selector_top_k` is 0).
+DSpark drafts (`markov_w1.weight`) are neither and are refused.
+
+What it is not: a writer (write.py), a reader (read.py), a converter (convert.py,
+convert_config.py) or a binding. Nothing here imports llama_cpp, so `flashdesk inspect` and
+the trainer can ask "can this target pair a draft?" without loading llama.cpp.
 
 Conventions read from the vendored llama.cpp (llama-cpp-python 0.3.36, commit 0c1e57098:
 `src/models/dflash.cpp`, `src/llama-arch.cpp`, `conversion/qwen.py`):
@@ -33,7 +41,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from ..check import GGUFSummary, check_gguf
+from ..check import check_gguf
 
 ARCH = "dflash"
 MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: more aborts the loader
@@ -74,19 +82,38 @@ TOKENIZER_PREFIX = "tokenizer.ggml."  # copied from the target verbatim, but for
 TOKENS_KEY = "tokenizer.ggml.tokens"
 MASK_KEY = "tokenizer.ggml.mask_token_id"
 SELECTOR_TENSORS = ("selector_predecessor.weight", "selector_successor.weight", "selector_hidden.weight")
-# what a key llama.cpp does not require reads as when it is absent (from the fields read before it)
-_READ_DEFAULTS = {"dflash.attention.head_count_kv": lambda f: f["n_head"],
-                  "dflash.attention.key_length": lambda f: (f["n_embd"] or 0) // max(f["n_head"] or 1, 1),
-                  "dflash.rope.freq_base": lambda f: 10000.0}
-_REQUIRED = object()
+DFLASH2, DFLASH1 = "dflash2", "dflash1"  # DraftConfig.kind: with the candidate selector, or plain DFlash
+KINDS = (DFLASH2, DFLASH1)
+SELECTOR_FIELDS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")  # DFlash 2 only
+DSPARK_TENSOR = "markov_w1.weight"  # dflash.cpp's sign of a DSpark draft (a Markov head on the logits)
 _CONTROL, _USER_DEFINED = 3, 4  # llama_token_type values in tokenizer.ggml.token_type
 
 
+def kind_of(tensor_names) -> str:
+    """"dflash2", "dflash1" or "dspark": what llama.cpp's dflash.cpp builds for a file with these
+    tensors (`markov_w1.weight` makes DSpark, `selector_hidden.weight` DFlash 2, else plain DFlash)."""
+    names = set(tensor_names)
+    if DSPARK_TENSOR in names:
+        return "dspark"
+    return DFLASH2 if "selector_hidden.weight" in names else DFLASH1
+
+
+def kind_words(kind: str, top_k: int = 0) -> str:
+    """A kind as people read it: "DFlash 2 (K=16 candidates)", "DFlash v1", "DSpark"."""
+    return {DFLASH2: f"DFlash 2 (K={top_k} candidates)", DFLASH1: "DFlash v1 (no candidate selector)",
+            "dspark": "DSpark (a Markov head; flashdesk cannot run it)"}.get(kind, repr(kind))
+
+
+def uint_keys(kind: str) -> tuple[tuple[str, str], ...]:
+    """The uint32 keys a draft of `kind` carries (a DFlash v1 draft has no conv or selector keys)."""
+    return UINT_KEYS if kind == DFLASH2 else tuple(fk for fk in UINT_KEYS if fk[0] not in SELECTOR_FIELDS)
+
+
 def capture_refusal(architecture: str | None) -> str | None:
-    """Why no DFlash 2 draft can run on a target of this architecture; None if one can."""
+    """Why no DFlash draft (v1 or 2) can run on a target of this architecture; None if one can."""
     if architecture in CAPTURE_ARCHS:
         return None
-    return (f"target architecture {architecture!r} cannot publish layer inputs in this llama.cpp, so no DFlash 2 "
+    return (f"target architecture {architecture!r} cannot publish layer inputs in this llama.cpp, so no DFlash "
             f"draft can run on it (supported: {', '.join(sorted(CAPTURE_ARCHS))})")
 
 
@@ -133,7 +160,8 @@ def pick_mask_token(meta: dict) -> int:
 
 @dataclass(frozen=True)
 class DraftConfig:
-    """Hyper-parameters of a DFlash 2 draft (written as `dflash.*` keys)."""
+    """Hyper-parameters of a DFlash draft (written as `dflash.*` keys). A "dflash1" config has
+    no selector or convolutions: its four DFlash 2 fields (SELECTOR_FIELDS) read as 0."""
 
     n_embd: int  # must equal the target's n_embd
     n_vocab: int  # the target's vocabulary size (selector codebooks are full-vocabulary)
@@ -154,6 +182,7 @@ class DraftConfig:
     rope_freq_base: float = 10000.0
     context_length: int = 8192
     causal: bool = False  # DFlash attends both ways inside a block
+    kind: str = DFLASH2  # "dflash2" (candidate selector) | "dflash1" (plain DFlash: logits per slot)
     name: str = "flashdesk DFlash2 draft"
     # optional settings llama.cpp's dflash graph reads; the defaults write no key
     sliding_window: int = 0  # W > 0: sliding layers see keys at positions > p - W
@@ -168,6 +197,9 @@ class DraftConfig:
     def __post_init__(self):  # a config read back from JSON carries lists; keep it hashable
         object.__setattr__(self, "target_layers", tuple(self.target_layers))
         object.__setattr__(self, "swa_layers", tuple(bool(b) for b in self.swa_layers))
+        if self.kind == DFLASH1:  # nothing of the selector exists: no value can pretend it does
+            for f in SELECTOR_FIELDS:
+                object.__setattr__(self, f, 0)
 
     def sliding_layers(self) -> tuple[bool, ...]:
         """Per layer: does it use the sliding window (all False without a window)."""
@@ -201,25 +233,12 @@ class DraftConfig:
         """The config of the draft GGUF at `path`, with what only the file knows (`DraftFile`).
 
         Raises GGUFFormatError or OSError for a broken file, ValueError (every problem in one
-        message) for a GGUF that is no usable DFlash 2 draft. `target_n_layer` is None: a draft
-        does not record its target's depth, `fits` checks the taps against the target.
+        message) for a GGUF that is no DFlash draft we can run (read.py says which). `target_n_layer`
+        is None: a draft does not record its target's depth, `fits` checks the taps against the target.
         """
-        s = check_gguf(path, arrays=(TARGET_LAYERS_KEY, SLIDING_PATTERN_KEY, TOKENS_KEY))
-        if s.architecture != ARCH:
-            raise ValueError(f"{s.path} is a {s.architecture!r} model, not a DFlash draft "
-                             f"(general.architecture must be {ARCH!r})")
-        tensors = {t.name: t for t in s.tensors}
-        if TOP_K_KEY not in s.metadata or not set(SELECTOR_TENSORS) <= set(tensors):
-            raise ValueError(f"{s.path} is no DFlash 2 draft ({TOP_K_KEY} and the selector tensors are missing): "
-                             "flashdesk runs only drafts with a candidate selector")
-        fields, problems = _read_fields(s)
-        if not problems:
-            draft = DraftFile(**fields, path=s.path, vocab_digest=vocab_digest(s.metadata[TOKENS_KEY]),
-                              n_vocab_draft=_n_keep(tensors, problems))
-            problems += draft.problems()
-        if problems:
-            raise ValueError(f"{s.path}: {'; '.join(problems)}")
-        return draft
+        from .read import read_draft  # read.py builds on this module
+
+        return read_draft(path)
 
     def problems(self) -> list[str]:
         """Every value llama.cpp would refuse (or abort on), in words; empty if none."""
@@ -230,10 +249,16 @@ class DraftConfig:
              "n_head must be a multiple of n_head_kv"),
             (self.head_dim >= 2 and self.head_dim % 2 == 0, "head_dim must be even (rope)"),
             (self.block_size >= 2, "block_size must be >= 2"),
-            (k >= 1 and self.selector_rank >= 1, "selector_top_k and selector_rank must be >= 1"),
-            (self.n_embd >= k * (k + 1), f"n_embd {self.n_embd} is too small for a K={k} lattice row (K*(K+1))"),
-            (self.conv_kernel_size >= 1 and self.conv_group_size >= 1 and self.n_embd % self.conv_group_size == 0,
-             "n_embd must be a multiple of conv_group_size"),
+            (self.kind in KINDS, f"kind must be one of {', '.join(KINDS)}"),
+        ]
+        if self.kind == DFLASH2:  # a plain DFlash draft has none of these (they read as 0)
+            checks += [
+                (k >= 1 and self.selector_rank >= 1, "selector_top_k and selector_rank must be >= 1"),
+                (self.n_embd >= k * (k + 1), f"n_embd {self.n_embd} is too small for a K={k} lattice row (K*(K+1))"),
+                (self.conv_kernel_size >= 1 and self.conv_group_size >= 1 and self.n_embd % self.conv_group_size == 0,
+                 "n_embd must be a multiple of conv_group_size"),
+            ]
+        checks += [
             (len(self.target_layers) >= 1, "target_layers is empty"),
             (all(0 <= t < (MAX_LAYERS if n_tl is None else n_tl) for t in self.target_layers),
              f"every target layer must be in [0, {MAX_LAYERS if n_tl is None else n_tl})"),
@@ -297,78 +322,22 @@ def fits(draft: DraftFile, target: TargetFacts) -> list[str]:
     return problems
 
 
-def _read_fields(s: GGUFSummary) -> tuple[dict, list[str]]:
-    """DraftConfig keyword arguments from a draft's metadata, and what is missing or mistyped."""
-    m, problems, f = s.metadata, [], {}
-
-    def get(key: str, kind, default=_REQUIRED):
-        v = m.get(key)
-        if v is None and default is not _REQUIRED:
-            return default
-        if v is None or not isinstance(v, kind) or isinstance(v, bool) != (kind is bool):
-            what = {int: "an integer", bool: "a bool", str: "a string"}.get(kind, "a number")
-            problems.append(f"{key} is missing" if v is None else f"{key} is {v!r}, not {what}")
-            return None
-        return v
-
-    for field, key in UINT_KEYS + FLOAT_KEYS:
-        if field in f or field in ("n_vocab", "mask_token_id"):  # head_dim once; those two from the tokenizer
-            continue
-        derived = _READ_DEFAULTS.get(key)
-        kind = int if (field, key) in UINT_KEYS else (int, float)
-        f[field] = get(key, kind, derived(f) if derived else _REQUIRED)
-    for field, _ in FLOAT_KEYS:  # a float32 key may hold a whole number
-        f[field] = float(f[field] or 0.0)
-    tokens, taps = m.get(TOKENS_KEY), m.get(TARGET_LAYERS_KEY)
-    if not isinstance(tokens, list) or not tokens:
-        problems.append(f"it carries no tokenizer ({TOKENS_KEY})")
-        tokens = []
-    if not isinstance(taps, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in taps):
-        problems.append(f"{TARGET_LAYERS_KEY} is missing or no array of integers")
-        taps = []
-    f.update(n_vocab=len(tokens), target_n_layer=None, target_layers=tuple(int(t) for t in taps),
-             mask_token_id=get(MASK_KEY, int), causal=get(CAUSAL_KEY, bool, False),
-             name=str(m.get("general.name", DraftConfig.name)), hidden_act=get(HIDDEN_ACT_KEY, str, "silu"))
-    for field, key in OPTIONAL_FLOAT_KEYS:
-        v = get(key, (int, float), 0.0)
-        f[field] = float(v) if v else None  # llama.cpp reads 0 as unset
-    window = get(SLIDING_WINDOW_KEY, int, 0) or 0
-    if window > 0:
-        pattern = m.get(SLIDING_PATTERN_KEY)
-        if not isinstance(pattern, list) or len(pattern) != f["n_layer"]:
-            problems.append(f"{SLIDING_PATTERN_KEY} must hold one flag per layer when a sliding window is set")
-            pattern = []
-        # an all-sliding pattern is the config's () (write.py writes it out whole)
-        f.update(sliding_window=window, swa_layers=() if all(pattern) else tuple(bool(b) for b in pattern))
-    return f, problems
-
-
-def _n_keep(tensors: dict, problems: list[str]) -> int | None:
-    """Rows of a reduced output head: a d2t map (I64, one id per row) with its own output.weight."""
-    d2t = tensors.get("d2t")
-    if d2t is None:
-        return None
-    if d2t.type_name != "I64" or len(d2t.shape) != 1 or "output.weight" not in tensors:
-        problems.append("its d2t map is not one I64 row or comes without an output.weight")
-        return None
-    return int(d2t.shape[0])
-
-
 def tensor_shapes(cfg: DraftConfig, n_keep: int | None = None) -> dict[str, tuple[int, ...]]:
     """NumPy shape of every tensor the draft must have (reverse of ggml's ne order).
 
     `n_keep`: size of a reduced output vocabulary (adds `d2t` and `output.weight`).
     """
     e, d, f, r = cfg.n_embd, cfg.head_dim, cfg.n_ff, cfg.selector_rank
-    n_conv = 2 * cfg.conv_kernel_size * (e // cfg.conv_group_size)  # [side, tap, group] coefficients
+    v2 = cfg.kind == DFLASH2  # the selector and the convolutions; a plain DFlash draft has neither
+    n_conv = 2 * cfg.conv_kernel_size * (e // cfg.conv_group_size) if v2 else 0  # [side, tap, group] coefficients
     shapes: dict[str, tuple[int, ...]] = {
         "fc.weight": (e, len(cfg.target_layers) * e),  # concatenated tap features -> n_embd
         "enc.output_norm.weight": (e,),
         "output_norm.weight": (e,),
-        "selector_predecessor.weight": (cfg.n_vocab, r),
-        "selector_successor.weight": (cfg.n_vocab, r),
-        "selector_hidden.weight": (r, e),
     }
+    if v2:
+        shapes.update({"selector_predecessor.weight": (cfg.n_vocab, r), "selector_successor.weight": (cfg.n_vocab, r),
+                       "selector_hidden.weight": (r, e)})
     for i in range(cfg.n_layer):
         b = f"blk.{i}."
         shapes.update({
@@ -377,10 +346,12 @@ def tensor_shapes(cfg: DraftConfig, n_keep: int | None = None) -> dict[str, tupl
             b + "attn_v.weight": (cfg.n_head_kv * d, e), b + "attn_output.weight": (e, cfg.n_head * d),
             b + "attn_q_norm.weight": (d,), b + "attn_k_norm.weight": (d,),
             b + "ffn_gate.weight": (f, e), b + "ffn_up.weight": (f, e), b + "ffn_down.weight": (e, f),
-            # conv base: [side, tap, channel]; side 0 filters the sub-block input, side 1 its output
-            b + "attn_conv_base": (2, cfg.conv_kernel_size, e), b + "ffn_conv_base": (2, cfg.conv_kernel_size, e),
-            b + "attn_conv_proj.weight": (n_conv, e), b + "ffn_conv_proj.weight": (n_conv, e),
         })
+        if v2:  # conv base: [side, tap, channel]; side 0 filters the sub-block input, side 1 its output
+            shapes.update({
+                b + "attn_conv_base": (2, cfg.conv_kernel_size, e), b + "ffn_conv_base": (2, cfg.conv_kernel_size, e),
+                b + "attn_conv_proj.weight": (n_conv, e), b + "ffn_conv_proj.weight": (n_conv, e),
+            })
     if n_keep is not None:
         shapes["d2t"] = (n_keep,)  # sorted unique absolute target ids, int64
         shapes["output.weight"] = (n_keep, e)

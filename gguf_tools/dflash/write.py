@@ -1,15 +1,16 @@
-"""Write a DFlash 2 draft GGUF (architecture `dflash`) for a given target GGUF.
+"""Write a DFlash draft GGUF (architecture `dflash`, DFlash 2 or plain DFlash v1) for a target GGUF.
 
 A draft is described by two things: `DraftConfig` (format.py) and a dict of named NumPy
 tensors (`tensor_shapes`). `write_dflash_draft` turns both into a GGUF that the pinned
-llama.cpp loads as a DFlash 2 draft; `random_tensors` makes a seeded random
+llama.cpp loads as a draft of `cfg.kind`; `random_tensors` makes a seeded random
 (identity-conv) set for tests, and a trainer exports real weights through the same
-writer. The target's tokenizer metadata (`tokenizer.ggml.*`) is copied verbatim, with its
-types, from `check_gguf`; no `token_embd`/`output` is written: the draft borrows the
-target's through `ctx_other` (unless a reduced vocabulary ships its own `output.weight`
-with a `d2t` map).
+writer. A "dflash1" config writes a plain DFlash draft: no conv or selector keys or
+tensors, which is how llama.cpp tells it from DFlash 2. The target's tokenizer metadata
+(`tokenizer.ggml.*`) is copied verbatim, with its types, from `check_gguf`; no
+`token_embd`/`output` is written: the draft borrows the target's through `ctx_other`
+(unless a reduced vocabulary ships its own `output.weight` with a `d2t` map).
 
-Not the format (key names, config, validation, reading a draft back: format.py), not a
+Not the format (key names, config, validation: format.py; reading a draft back: read.py), not a
 converter from Hugging Face checkpoints (convert.py) and not a check of a draft against a
 loaded target (`format.fits`, used by the engine's dflash_fit.py).
 
@@ -36,8 +37,8 @@ from gguf import GGUFValueType, GGUFWriter
 
 from ..check import check_gguf
 from .format import (ARCH, CAUSAL_KEY, FLOAT_KEYS, HIDDEN_ACT_KEY, MASK_KEY, OPTIONAL_FLOAT_KEYS, SLIDING_PATTERN_KEY,
-                     SLIDING_WINDOW_KEY, TARGET_LAYERS_KEY, TOKENIZER_PREFIX, TOKENS_KEY, UINT_KEYS, DraftConfig,
-                     tensor_shapes)
+                     SLIDING_WINDOW_KEY, TARGET_LAYERS_KEY, TOKENIZER_PREFIX, TOKENS_KEY, DraftConfig, tensor_shapes,
+                     uint_keys)
 
 
 def random_tensors(cfg: DraftConfig, seed: int = 0, *, std: float = 0.02, conv_std: float = 0.01,
@@ -102,7 +103,7 @@ def _write_options(w: GGUFWriter, cfg: DraftConfig) -> None:
 
 def write_dflash_draft(path: str | os.PathLike, cfg: DraftConfig, tensors: dict[str, np.ndarray],
                        target_path: str | os.PathLike, *, matrix_dtype: str = "f32") -> None:
-    """Write `tensors` (see `tensor_shapes`) as a DFlash 2 draft for the target GGUF.
+    """Write `tensors` (see `tensor_shapes`) as a draft of `cfg.kind` for the target GGUF.
 
     `matrix_dtype` "f16" halves the file: it applies to 2-D weights (norms, conv bases
     and d2t stay as they are). Raises ValueError on any inconsistency, before writing.
@@ -116,7 +117,7 @@ def write_dflash_draft(path: str | os.PathLike, cfg: DraftConfig, tensors: dict[
     w = GGUFWriter(os.fspath(path), ARCH)
     w.add_string("general.name", cfg.name)
     w.add_string("general.type", "model")
-    for field, key in UINT_KEYS:
+    for field, key in uint_keys(cfg.kind):
         w.add_uint32(key, int(getattr(cfg, field)))
     for field, key in FLOAT_KEYS:
         w.add_float32(key, float(getattr(cfg, field)))
@@ -142,7 +143,8 @@ def write_dflash_draft(path: str | os.PathLike, cfg: DraftConfig, tensors: dict[
 def write_random_draft(path: str | os.PathLike, target_path: str | os.PathLike, *, seed: int = 0,
                        keep_ids: np.ndarray | None = None, matrix_dtype: str = "f32",
                        **overrides) -> DraftConfig:
-    """A seeded random DFlash 2 draft for the target (tests, smoke runs); returns its config."""
+    """A seeded random draft for the target (tests, smoke runs; `kind="dflash1"` for a plain DFlash
+    one); returns its config."""
     cfg = DraftConfig.for_target(target_path, **overrides)
     write_dflash_draft(path, cfg, random_tensors(cfg, seed, keep_ids=keep_ids), target_path,
                        matrix_dtype=matrix_dtype)

@@ -1,5 +1,6 @@
-"""The DFlash 2 draft format read back: `DraftConfig.from_gguf` returns what the writer wrote, refuses
-what is no DFlash 2 draft with every problem named, and `fits` names each way a draft misses a target.
+"""The DFlash draft format read back: `DraftConfig.from_gguf` returns what the writer wrote (DFlash 2
+and plain DFlash v1), refuses what is no draft we can run with every problem named, and `fits` names
+each way a draft misses a target.
 No llama.cpp here: the engine's use of the same calls is tests/engine/speculative/test_dflash_refusals.py."""
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import pytest
 from gguf import GGUFWriter
 
 from gguf_tools import check_gguf
-from gguf_tools.dflash import (CAPTURE_ARCHS, DraftConfig, TargetFacts, capture_refusal, fits, random_tensors,
-                               vocab_digest, write_dflash_draft)
+from gguf_tools.dflash import (CAPTURE_ARCHS, DraftConfig, TargetFacts, capture_refusal, fits, kind_of, kind_words,
+                               random_tensors, tensor_shapes, vocab_digest, write_dflash_draft)
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +67,13 @@ def test_a_reduced_vocabulary_is_read_from_d2t(tmp_path, model_path, cfg):
 def test_no_dflash2_draft_is_refused_with_every_problem(tmp_path, model_path):
     with pytest.raises(ValueError, match="'llama' model, not a DFlash draft"):
         DraftConfig.from_gguf(model_path)
-    write_gguf(tmp_path / "v1.gguf", {"dflash.block_size": 16}, ("fc.weight",))  # DFlash v1: no selector
-    with pytest.raises(ValueError, match="no DFlash 2 draft"):
+    write_gguf(tmp_path / "v1.gguf", {"dflash.block_size": 16}, ("fc.weight",))  # DFlash v1, hardly any keys
+    with pytest.raises(ValueError) as e:
         DraftConfig.from_gguf(tmp_path / "v1.gguf")
+    msg = str(e.value)
+    for bit in ("dflash.embedding_length is missing", "dflash.target_layers is missing", "no tokenizer"):
+        assert bit in msg, msg
+    assert "selector" not in msg and "conv" not in msg, msg  # a plain DFlash draft has neither
 
     path = tmp_path / "bare.gguf"  # selector present, hardly any keys, one mistyped
     write_gguf(path, {"dflash.selector_top_k": 16, "dflash.block_count": 2.0},
@@ -92,3 +97,59 @@ def test_fits_names_each_mismatch(tmp_path, model_path, cfg, smollm2):
     assert fits(draft, replace(smollm2, architecture="qwen2")) == [capture_refusal("qwen2")]
     assert capture_refusal("llama") is None and "llama" in CAPTURE_ARCHS
     assert "'qwen2' cannot publish layer inputs" in capture_refusal("qwen2")
+
+
+SELECTOR_KEYS = ("dflash.conv_kernel_size", "dflash.conv_group_size", "dflash.selector_rank", "dflash.selector_top_k")
+
+
+@pytest.mark.parametrize("options", [{}, dict(sliding_window=64, logit_scale=0.5, causal=True)])
+def test_a_dflash1_draft_is_written_and_read_back(tmp_path, model_path, cfg, options):
+    """A plain DFlash (v1) draft: the same keys and tensors as DFlash 2 but no conv or selector
+    key or tensor; it reads back as kind "dflash1" with its selector fields 0."""
+    want = replace(cfg, kind="dflash1", **options)
+    assert (want.selector_top_k, want.selector_rank, want.conv_kernel_size, want.conv_group_size) == (0, 0, 0, 0)
+    path = tmp_path / "v1.gguf"
+    write_dflash_draft(path, want, random_tensors(want), model_path)
+    s = check_gguf(path)
+    names = {t.name for t in s.tensors}
+    assert names == set(tensor_shapes(want)) and kind_of(names) == "dflash1"
+    assert not [n for n in names if "selector" in n or "conv" in n]
+    assert not set(SELECTOR_KEYS) & set(s.metadata)
+    got = DraftConfig.from_gguf(path)
+    assert got.kind == "dflash1" and got.selector_top_k == 0 and got.block_size == 8
+    assert as_config(got) == replace(want, target_n_layer=None)
+    v2 = DraftConfig.from_gguf(_v2(tmp_path, model_path, cfg))
+    assert v2.kind == "dflash2" and v2.selector_top_k == 16
+
+
+def _v2(tmp_path, model_path, cfg):
+    path = tmp_path / "v2.gguf"
+    write_dflash_draft(path, cfg, random_tensors(cfg), model_path)
+    return path
+
+
+def test_what_flashdesk_cannot_run_is_refused_clearly(tmp_path, model_path, cfg):
+    v1 = replace(cfg, kind="dflash1")
+    path = tmp_path / "v1-d2t.gguf"  # llama.cpp loads it; the v1 drafter does not handle a reduced vocabulary
+    write_dflash_draft(path, v1, random_tensors(v1, keep_ids=np.arange(0, 49152, 6, dtype=np.int64)), model_path)
+    with pytest.raises(ValueError, match=r"plain DFlash \(v1\) draft with a reduced vocabulary \(d2t\)"):
+        DraftConfig.from_gguf(path)
+    write_gguf(tmp_path / "dspark.gguf", {"dflash.block_size": 16}, ("fc.weight", "markov_w1.weight"))
+    with pytest.raises(ValueError, match="is a DSpark draft"):
+        DraftConfig.from_gguf(tmp_path / "dspark.gguf")
+    # selector parts without selector_hidden: llama.cpp would report K candidates and build no lattice
+    write_gguf(tmp_path / "half.gguf", {"dflash.selector_top_k": 16}, ("fc.weight", "selector_predecessor.weight"))
+    with pytest.raises(ValueError, match="parts of a DFlash 2 candidate selector.*selector_predecessor"):
+        DraftConfig.from_gguf(tmp_path / "half.gguf")
+    write_gguf(tmp_path / "nohidden.gguf", {}, ("selector_hidden.weight",))  # DFlash 2 without its codebooks
+    with pytest.raises(ValueError, match="selector lacks selector_predecessor.weight, selector_successor.weight"):
+        DraftConfig.from_gguf(tmp_path / "nohidden.gguf")
+    bad = replace(v1, kind="dflash3")
+    assert "kind must be one of dflash2, dflash1" in bad.problems()
+
+
+def test_kinds_in_words():
+    assert kind_of(["fc.weight", "selector_hidden.weight"]) == "dflash2" and kind_of(["fc.weight"]) == "dflash1"
+    assert kind_of(["markov_w1.weight", "selector_hidden.weight"]) == "dspark"
+    assert kind_words("dflash2", 16) == "DFlash 2 (K=16 candidates)"
+    assert kind_words("dflash1").startswith("DFlash v1")
