@@ -1,11 +1,18 @@
-"""A DFlash 2 draft's llama.cpp context: KV injection and the block decode that yields lattices.
+"""A DFlash draft's llama.cpp context: KV injection and the block decode that yields lattices
+(DFlash 2) or logits per block slot (plain DFlash v1).
 
 What it is: the llama.cpp half of the DFlash drafter. The context is created with
 `ctx_other` = the target context (the draft borrows the target's token embedding and output
-head), non-causal when the draft says so, with the nextn output unmasked so every block slot
-returns a lattice row. `inject` decodes target feature rows as an embedding batch at the
-target positions (this writes the draft's KV cache); `decode` runs a token batch of blocks
+head), non-causal when the draft says so; for a DFlash 2 draft (`lattice`) with the nextn
+output unmasked so every block slot returns a lattice row. A v1 draft has no nextn output
+(dflash.cpp sets none without a selector), so nextn stays off and its logits are read
+instead. `inject` decodes target feature rows as an embedding batch at the target positions
+(this writes the draft's KV cache); `decode` runs a token batch of blocks
 `[anchor, mask, ..., mask]`; `lattice_rows` and `logits_row` read what it left.
+
+The draft's graph computes the output head for every row of a block and llama.cpp copies the
+first n_outputs of them: whoever reads logits must flag *every* row of the batch, or the rows
+come back shifted (the drafter does).
 What it is not: the drafter's bookkeeping (engine/speculative/drafters/dflash.py checks every
 call that would abort llama.cpp before it reaches this module).
 
@@ -26,7 +33,8 @@ from .model import Model
 
 
 def dflash_facts(model: Model) -> tuple[int, tuple[int, ...], int]:
-    """(selector top_k, target layer ids, mask token id) of a loaded draft, as llama.cpp read them."""
+    """(selector top_k, target layer ids, mask token id) of a loaded draft, as llama.cpp read them
+    (top_k 0: a plain DFlash v1 draft, no candidate selector)."""
     return (int(ext.llama_model_dflash_selector_top_k(model.ptr)), tuple(ext.target_layer_ids(model.ptr)),
             model.mask_id)
 
@@ -34,7 +42,8 @@ def dflash_facts(model: Model) -> tuple[int, tuple[int, ...], int]:
 class DraftContext:
     """Owns the draft's `llama_context *`, one KV stream per target sequence, and its two batches."""
 
-    def __init__(self, model: Model, target: Context, *, n_ubatch: int, n_enc: int, causal: bool):
+    def __init__(self, model: Model, target: Context, *, n_ubatch: int, n_enc: int, causal: bool,
+                 lattice: bool = True):
         p = llama_cpp.llama_context_default_params()
         p.n_ctx = target.n_ctx_seq * target.n_seq
         p.n_seq_max = target.n_seq
@@ -48,7 +57,9 @@ class DraftContext:
         if not self.ptr:
             raise ModelLoadError("llama.cpp could not create the DFlash draft context. "
                                  "HINT: lower --ctx or --parallel.")
-        ext.llama_set_embeddings_nextn(self.ptr, True, False)  # unmasked: one lattice row per block slot
+        self.lattice = lattice
+        if lattice:
+            ext.llama_set_embeddings_nextn(self.ptr, True, False)  # unmasked: one lattice row per block slot
         llama_cpp.llama_set_causal_attn(self.ptr, causal)
         self.memory = llama_cpp.llama_get_memory(self.ptr)
         self.n_ubatch = int(llama_cpp.llama_n_ubatch(self.ptr))
@@ -91,7 +102,7 @@ class DraftContext:
     def lattice_rows(self) -> np.ndarray | None:
         """The nextn output of the last block decode: [n_tokens, n_embd] float32, a view that the
         next decode overwrites (None: no lattice, not a DFlash 2 draft)."""
-        ptr = ext.llama_get_embeddings_nextn(self.ptr)
+        ptr = ext.llama_get_embeddings_nextn(self.ptr) if self.lattice else None
         return np.ctypeslib.as_array(ptr, shape=(self.tokens.n, self.n_embd)) if ptr else None
 
     def logits_row(self, row: int) -> np.ndarray:

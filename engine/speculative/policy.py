@@ -4,7 +4,7 @@ What it is: the engine's answer, at admission, to "how does this request decode?
 holds the drafters the engine has, what each has shown here across requests
 (`DrafterRecord`), and the machine's verify-cost curve once measured; `state_for` turns a
 request into a `SpecState` (or None: plain decoding). Auto mode picks the DFlash draft
-unless its record shows it useless or no faster than plain decoding on this machine, then
+(DFlash 2 or v1 alike) unless its record shows it useless or no faster than plain decoding on this machine, then
 prompt lookup, and gives the draft a request now and then so its record stays current.
 What it is not: the per-step choice of path length (chooser.py, state.py) or the step
 itself (loop.py). It never touches a llama.cpp context.
@@ -26,7 +26,7 @@ REFRESH = 8  # a draft auto mode set aside gets every REFRESH-th request, so its
 class Policy:
     def __init__(self, *, mode: str, selector: str, block: int, n_ctx: int, n_vocab: int):
         self.mode = mode  # default for requests that leave it to us ("auto")
-        self.selector = selector  # default DFlash 2 path selector
+        self.selector = selector  # default DFlash 2 path selector (a v1 draft has no lattice to select)
         self.block = block  # the largest B the chooser may pick (or B itself for a fixed block)
         self.n_ctx, self.n_vocab = n_ctx, n_vocab
         self.enabled = False  # speculation is lossless on this backend (or the user allowed inexact)
@@ -69,7 +69,9 @@ class Policy:
         # A fixed block drafts B-1 every step; otherwise the chooser picks T (or plain) per step.
         curve = None if params.block else self.curve
         drafter = self.drafters[mode]
-        selector = (params.selector or self.selector) if mode == "dflash" else None
+        # the path selector works on a lattice: a v1 draft (or lookup) proposes its path itself
+        lattice = mode == "dflash" and getattr(drafter, "kind", "dflash2") == "dflash2"
+        selector = (params.selector or self.selector) if lattice else None
         info = getattr(drafter, "info", None)  # a DFlash draft cannot draft past its block_size
         block = min(params.block or self.block, info.block_size if info else MAX_BLOCK, self.max_block)
         dist = None if sampling.greedy else TargetDistribution(sampling, self.n_vocab)

@@ -1,9 +1,9 @@
-"""What every drafter (DFlash 2, prompt lookup, test drafters) offers the speculative loop.
+"""What every drafter (DFlash 2, DFlash v1, prompt lookup, test drafters) offers the speculative loop.
 
 The loop owns the target context and decides block lengths; a drafter only proposes and
-keeps whatever state it needs (the DFlash 2 draft's own KV cache, an n-gram index) in step
-with what the target committed. A drafter proposes either a path (lookup) or a lattice
-(DFlash 2); turning a lattice into a path is the select stage's job (select.py), and only
+keeps whatever state it needs (a DFlash draft's own KV cache, an n-gram index) in step
+with what the target committed. A drafter proposes either a path (lookup, DFlash v1) or a
+lattice (DFlash 2); turning a lattice into a path is the select stage's job (select.py), and only
 its. Words as in DESIGN.md §3.
 """
 

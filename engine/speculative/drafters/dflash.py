@@ -1,4 +1,5 @@
-"""The DFlash 2 drafter: a llama.cpp draft context fed with the target's layer features.
+"""The DFlash drafter (DFlash 2 and plain DFlash v1): a llama.cpp draft context fed with the
+target's layer features.
 
 `DFlashDrafter` implements `drafters.base.Drafter` for several concurrent sequences.
 `attach` turns on layer-input capture on the target context for every tap of the draft
@@ -6,15 +7,18 @@ and creates the draft context (engine/llama/draft_context.py). `observe` copies 
 captured features of committed target rows, tap by tap; the next `propose` decodes them
 into the draft context as an embedding batch at the target positions (KV injection),
 many rows per call, then decodes one block `[anchor, mask, ..., mask]` per sequence and
-returns each block's lattice (DESIGN.md §2, §3).
+returns each block's lattice (DFlash 2, DESIGN.md §2, §3) or, for a v1 draft (no
+candidate selector), a path: each slot's top-1, the argmax of that slot's draft logits.
+A v1 path is deterministic, so acceptance verifies it as a point mass (accept.py), at
+temperature 0 and above, exactly like a prompt-lookup path.
 
 Everything that would abort the process inside llama.cpp is checked here first: the
 draft GGUF is validated before it is loaded (`inspect_draft`), and every call checks
 tap ids, row counts against the draft's n_ubatch, block length against block_size and
 that the target has decoded the rows it reads.
 
-Not the path selector: the select stage (engine/speculative/select.py) turns the lattice
-into a path. Not the loop either (engine/speculative/loop.py).
+Not the path selector: the select stage (engine/speculative/select.py) turns a DFlash 2
+lattice into a path (a v1 draft has no lattice to select through). Not the loop either (engine/speculative/loop.py).
 References: llama.cpp `common/speculative.cpp` (DFlash driver), `src/models/dflash.cpp`.
 """
 
@@ -30,6 +34,8 @@ from ...errors import GenerationFailed
 from ...llama.context import Context
 from ...llama.draft_context import DraftContext, dflash_facts
 from ...llama.model import Model
+from gguf_tools.dflash import DFLASH2
+
 from .base import Lattice, Proposal, SeqView
 from .dflash_fit import HINT, DraftRefused, inspect_draft  # noqa: F401  (DraftRefused: what callers catch)
 
@@ -68,13 +74,14 @@ class _Pending:
 
 
 class DFlashDrafter:
-    """A DFlash 2 draft for one target model, drafting for all its sequences."""
+    """A DFlash draft (2 or v1) for one target model, drafting for all its sequences."""
 
     name = "dflash"
 
     def __init__(self, draft_path: str, target: Model, *, n_ubatch: int = 64, verbose: bool = False):
         self.info = inspect_draft(str(draft_path), target)  # raises DraftRefused; nothing loaded yet
         self.target = target
+        self.kind = self.info.kind  # "dflash2": lattices for the select stage; "dflash1": paths
         self.n_ubatch_want = max(int(n_ubatch), self.info.block_size)
         self.ctx: DraftContext | None = None  # from attach() on
         self.tctx: Context | None = None
@@ -102,7 +109,7 @@ class DFlashDrafter:
         target_ctx.capture_layer_inputs(self.info.target_layers)  # ids checked < target n_layer in inspect_draft
         try:
             self.ctx = DraftContext(self.model, target_ctx, n_ubatch=self.n_ubatch_want, n_enc=self.n_enc,
-                                    causal=self.info.causal)
+                                    causal=self.info.causal, lattice=self.kind == DFLASH2)
         except BaseException:
             target_ctx.capture_layer_inputs(self.info.target_layers, False)  # leave the target as it was
             raise
@@ -206,7 +213,8 @@ class DFlashDrafter:
     def propose(self, seqs: list[SeqView], n_draft: int, unary: bool = False) -> list[Proposal]:
         """One block of n_draft + 1 slots per sequence, all blocks of equal length; one decode
         per group of sequences that fits the draft's n_ubatch. Each proposal carries its
-        block's lattice (with `unary`, the candidates' draft logits too, for top1)."""
+        block's lattice (with `unary`, the candidates' draft logits too, for top1), or for a
+        v1 draft its path of n_draft tokens."""
         self._attached()
         width = n_draft + 1  # anchor + n_draft masked slots
         if n_draft < 1 or width > self.info.block_size or width > self.n_ubatch:
@@ -236,28 +244,34 @@ class DFlashDrafter:
         per_decode = self.n_ubatch // width
         for g in range(0, len(ready), per_decode):
             group = ready[g:g + per_decode]
-            lattices, draft_ms = self._decode_blocks([seqs[i] for i in group], width, unary)
+            blocks, draft_ms = self._decode_blocks([seqs[i] for i in group], width, unary)
             for j, i in enumerate(group):
-                out[i] = Proposal(lattice=lattices[j], draft_ms=draft_ms, n_blocks=len(group),
+                lat, path = (blocks[j], []) if self.kind == DFLASH2 else (None, blocks[j])
+                out[i] = Proposal(path=path, lattice=lat, draft_ms=draft_ms, n_blocks=len(group),
                                   inject_ms=inject_ms, inject_rows=inject_rows)
         return out  # type: ignore[return-value]
 
-    def _decode_blocks(self, seqs: list[SeqView], width: int, unary: bool = False) -> tuple[list[Lattice], float]:
+    def _decode_blocks(self, seqs: list[SeqView], width: int, unary: bool = False) -> tuple[list, float]:
         """Decode the blocks of `seqs` in one call. Returns each block's lattice (rows
-        [width, n_embd]; with unary, the candidates' draft logits [width - 1, K]) and the
-        decode's milliseconds."""
+        [width, n_embd]; with unary, the candidates' draft logits [width - 1, K]), or for a v1
+        draft each block's path [width - 1], and the decode's milliseconds."""
+        logits = unary or self.kind != DFLASH2
         batch = self.ctx.tokens
         batch.clear()
         for sv in seqs:
             for j in range(width):
-                # unary: flag every row, the anchor too: the draft's logits buffer holds its first
+                # logits: flag every row, the anchor too: the draft's logits buffer holds its first
                 # n_outputs rows in batch order, so flags on the slots alone would shift them by one
-                batch.add(sv.tokens[-1] if j == 0 else self.info.mask_token_id, sv.pos + j, sv.seq_id, unary)
+                batch.add(sv.tokens[-1] if j == 0 else self.info.mask_token_id, sv.pos + j, sv.seq_id, logits)
         t0 = time.perf_counter()
         try:
             self.ctx.decode()
         except GenerationFailed as e:
             raise DraftStepError(e.message) from None
+        if self.kind != DFLASH2:  # plain DFlash: each slot's top-1 (first of tied maxima)
+            paths = [[int(np.argmax(self.ctx.logits_row(j * width + t))) for t in range(1, width)]
+                     for j in range(len(seqs))]  # [n_blocks][width - 1]; argmax syncs with the decode
+            return paths, (time.perf_counter() - t0) * 1e3
         rows = self.ctx.lattice_rows()  # [n_blocks * B, n_embd]
         ms = (time.perf_counter() - t0) * 1e3
         if rows is None:

@@ -1,7 +1,8 @@
-"""Does a DFlash 2 draft GGUF fit a loaded target? Checked before the draft is loaded.
+"""Does a DFlash draft GGUF (DFlash 2 or v1) fit a loaded target? Checked before the draft is loaded.
 
 A draft that does not fit would abort llama.cpp (a tap >= n_layer, features of the wrong
-width) or silently draft for another vocabulary. The format knowledge (keys, consistency,
+width) or silently draft for another vocabulary; a draft of a kind flashdesk cannot run (DSpark, a
+v1 draft with a reduced vocabulary) is refused by the format's reader. The format knowledge (keys, consistency,
 what must match the target) is gguf_tools' (`gguf_tools/dflash/format.py`): this module
 only states what the engine knows of the target (`TargetFacts`), asks
 `DraftConfig.from_gguf` and `fits`, and turns their problems into one `DraftRefused`.
@@ -23,7 +24,7 @@ HINT = ("HINT: use a draft made for this exact target (`flashdesk convert-draft 
 
 
 class DraftRefused(ModelLoadError):
-    """The draft GGUF does not fit this target (or is not a DFlash 2 draft at all)."""
+    """The draft GGUF does not fit this target (or is no DFlash draft flashdesk can run)."""
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class DraftInfo(DraftFile):
     """A draft that fits its target: its config as `DraftConfig.from_gguf` read it."""
 
     @property
-    def top_k(self) -> int:  # dflash.py's name for selector_top_k: K candidates per block slot
+    def top_k(self) -> int:  # dflash.py's name for selector_top_k: K candidates per block slot (0: v1)
         return self.selector_top_k
 
 
