@@ -52,3 +52,19 @@ class GenerationFailed(EngineError):
 
 class DownloadError(EngineError):
     code = "download_error"
+
+
+class NotEnoughDisk(DownloadError):
+    code = "not_enough_disk"
+
+
+class HubAccessDenied(DownloadError):
+    """The Hub refused: a gated or private repository (401 without a token, 403 with one)."""
+
+    code = "hub_access_denied"
+
+
+class Cancelled(EngineError):
+    """The user stopped a long store job (a download) before it finished."""
+
+    code = "cancelled"

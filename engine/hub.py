@@ -1,0 +1,218 @@
+"""Fetch one pinned catalog file from a Hugging Face endpoint, through `huggingface_hub`.
+
+What the kept client gives us: resumable downloads (a killed or dropped transfer leaves
+`<folder>/.cache/huggingface/download/<file>.incomplete`, and the next call continues it
+with a Range request), `HF_ENDPOINT` for a mirror, `HF_HUB_OFFLINE`, and `HF_TOKEN` (or
+a saved `hf auth login`) for gated repositories. What this module adds: the tree API's
+size and LFS sha256 at the pinned commit are compared with the catalog before a byte is
+fetched; a free-disk check; progress into flashdesk's progress bars (CLI tqdm, the
+Models page's job); a cancel flag checked on every chunk; one error message per failure
+that says what to do next.
+
+Not the install (engine/store.py verifies the sha256 itself and moves the file into the
+store atomically) nor the catalog (catalog.py).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import httpx
+from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub import errors as hf_errors
+from tqdm.auto import tqdm
+
+from .catalog import HubFile
+from .errors import Cancelled, DownloadError, HubAccessDenied, NotEnoughDisk
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+DISK_MARGIN = 1 << 30  # keep 1 GiB free beyond the download: a full disk breaks more than the download
+
+# progress(description, total_bytes) -> object with .update(n) and .close() (engine.store.ProgressFactory)
+ProgressFactory = Callable[[str, int], object]
+
+
+def endpoint() -> str:
+    """Read at call time (not at import, as huggingface_hub's constants are): the server's settings
+    and tests may set HF_ENDPOINT after this module loaded."""
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def partial_path(folder: Path, file: str) -> Path | None:
+    """The unfinished download huggingface_hub keeps for `file` in `folder`, if any."""
+    d = folder / ".cache" / "huggingface" / "download"
+    hits = sorted(d.glob(f"{file}*.incomplete")) if d.is_dir() else []
+    return hits[0] if hits else None
+
+
+def remaining_bytes(f: HubFile, folder: Path) -> int:
+    done = folder / f.file
+    if done.is_file() and done.stat().st_size == f.size:
+        return 0
+    part = partial_path(folder, f.file)
+    return max(f.size - (part.stat().st_size if part else 0), 0)
+
+
+def check_disk(files: list[HubFile], folder: Path) -> None:
+    """Refuse before starting when the files cannot fit (free space is read on the store's disk)."""
+    need = sum(remaining_bytes(f, folder) for f in files)
+    if not need:
+        return
+    probe = folder
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < need + DISK_MARGIN:
+        raise NotEnoughDisk(f"not enough free disk space: the download needs {_gb(need)} (plus {_gb(DISK_MARGIN)} "
+                            f"to spare) and {_gb(free)} is free at {probe}. HINT: free up space, or set "
+                            "FLASHDESK_HOME to a folder on a bigger disk, then pull again.")
+
+
+def check_pin(f: HubFile, token: str | bool | None = None) -> None:
+    """The Hub's own size and LFS sha256 of the file at the pinned commit must be the catalog's:
+    a mirror that serves something else is refused before anything is fetched."""
+    if offline():
+        return
+    try:
+        info = HfApi(endpoint=endpoint(), token=token).get_paths_info(f.repo, [f.file], revision=f.revision)
+    except Exception as e:  # noqa: BLE001  (mapped to one clear message below)
+        raise _explain(e, f) from e
+    entry = next((i for i in info if getattr(i, "path", None) == f.file), None)
+    if entry is None:
+        raise DownloadError(f"{f.repo} has no file {f.file} at commit {f.revision[:12]} on {endpoint()}. "
+                            "HINT: the catalog entry is out of date; update flashdesk or fix your catalog file.")
+    sha = getattr(getattr(entry, "lfs", None), "sha256", None)
+    if entry.size != f.size or (sha is not None and sha != f.sha256):
+        raise DownloadError(f"{endpoint()} lists {f.repo}/{f.file} at commit {f.revision[:12]} with size {entry.size} "
+                            f"and sha256 {sha}, but the catalog pins size {f.size} and sha256 {f.sha256}; nothing was "
+                            "downloaded. HINT: if you use a mirror (HF_ENDPOINT), it serves a different file.")
+
+
+def download(f: HubFile, folder: Path, *, progress: ProgressFactory, token: str | bool | None = None) -> Path:
+    """The file, complete, at `folder/<file>` (resuming what an earlier call left). Not yet verified:
+    the caller hashes it against the pin before installing it. A progress bar that raises Cancelled
+    (engine/store.py's cancel flag) stops it, and the unfinished part is deleted."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        path = hf_hub_download(f.repo, f.file, revision=f.revision, local_dir=folder, endpoint=endpoint(),
+                               token=token, local_files_only=offline(), tqdm_class=_bar_class(progress, f))
+    except Cancelled:
+        discard(folder, f.file)  # a cancel means "not now": give the disk back
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise _explain(e, f) from e
+    return Path(path)
+
+
+def discard(folder: Path, file: str) -> None:
+    """Forget a download: the finished file, the unfinished part and huggingface_hub's metadata of it."""
+    (folder / file).unlink(missing_ok=True)
+    meta = folder / ".cache" / "huggingface" / "download"
+    for p in meta.glob(f"{file}*") if meta.is_dir() else []:
+        p.unlink(missing_ok=True)
+
+
+def _bar_class(progress: ProgressFactory, f: HubFile):
+    """A tqdm class for huggingface_hub that feeds flashdesk's progress bar."""
+
+    class Bar(tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs["disable"] = True  # our own bar draws; this one only counts
+            super().__init__(*args, **kwargs)
+            self._ours = progress(f"download {f.file}", int(kwargs.get("total") or f.size))
+            if kwargs.get("initial"):
+                self._ours.update(int(kwargs["initial"]))  # resumed: the bar starts where the part ends
+
+        def update(self, n=1):
+            self._ours.update(int(n or 0))  # may raise Cancelled
+            return super().update(n)
+
+        def close(self):
+            if getattr(self, "_ours", None) is not None:
+                self._ours.close()
+                self._ours = None
+            super().close()
+
+    return Bar
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def _explain(e: Exception, f: HubFile) -> Exception:
+    """One message per way a download fails, ending with the next step."""
+    where = f"{f.repo} on {endpoint()}"
+    again = "Run the pull again: it continues where it stopped."
+    if isinstance(e, Cancelled | DownloadError):
+        return e
+    if isinstance(e, hf_errors.GatedRepoError) or _status(e) == 403:
+        page = f"https://huggingface.co/{f.repo}"
+        if _status(e) == 403:
+            return HubAccessDenied(f"{where} refused your token (403): it has no access to this gated repository. "
+                                   f"HINT: open {page}, accept its licence with the account the token belongs to, "
+                                   "then pull again.")
+        if _has_token(e):
+            return HubAccessDenied(f"{where} did not accept your token (401): it is wrong or expired. HINT: create "
+                                   "a new read token on huggingface.co, set HF_TOKEN=<token>, then pull again.")
+        return HubAccessDenied(f"{where} needs a login (401): the repository is gated. HINT: accept its licence on "
+                               f"{page}, create a read token, set HF_TOKEN=<token> (or run `hf auth login`), then "
+                               "pull again.")
+    if isinstance(e, hf_errors.RepositoryNotFoundError):
+        return DownloadError(f"{where} was not found (or is private, {_status(e)}). HINT: check the repository name "
+                             "in the catalog entry; a private repository needs HF_TOKEN.")
+    if isinstance(e, hf_errors.RevisionNotFoundError):
+        return DownloadError(f"{where} has no commit {f.revision[:12]} any more. HINT: the catalog entry is out of "
+                             "date; update flashdesk or fix your catalog file.")
+    if isinstance(e, hf_errors.RemoteEntryNotFoundError):
+        return DownloadError(f"{where} has no file {f.file} at commit {f.revision[:12]}. HINT: the catalog entry is "
+                             "out of date; update flashdesk or fix your catalog file.")
+    if isinstance(e, hf_errors.LocalEntryNotFoundError | hf_errors.OfflineModeIsEnabled):
+        if offline():
+            return DownloadError(f"{f.file} is not downloaded yet and offline mode is on (HF_HUB_OFFLINE). HINT: "
+                                 "unset HF_HUB_OFFLINE on a machine with internet access, or copy the file here and "
+                                 "use `flashdesk import`.")
+        return DownloadError(f"cannot reach {endpoint()} for {f.file} ({_cause(e)}). HINT: check the internet "
+                             f"connection (or set HF_ENDPOINT to your mirror). {again}")
+    if isinstance(e, hf_errors.HfHubHTTPError):
+        return DownloadError(f"{where} answered {_status(e) or 'an error'} for {f.file}: {_short(e)}. HINT: the Hub "
+                             f"or your mirror may be down; try again later. {again}")
+    if isinstance(e, httpx.HTTPError):
+        return DownloadError(f"the connection to {endpoint()} broke while downloading {f.file} ({_short(e)}). "
+                             f"HINT: {again}")
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return NotEnoughDisk(f"the disk filled up while downloading {f.file} ({e.strerror}). HINT: free up space "
+                             f"(or set FLASHDESK_HOME to a bigger disk); {again.lower()}")
+    if isinstance(e, OSError):
+        return DownloadError(f"could not write {f.file}: {e.strerror or e}. HINT: check that the flashdesk folder "
+                             "is writable.")
+    return DownloadError(f"downloading {f.file} from {where} failed: {type(e).__name__}: {_short(e)}")
+
+
+def _status(e: Exception) -> int | None:
+    r = getattr(e, "response", None)
+    return getattr(r, "status_code", None)
+
+
+def _has_token(e: Exception) -> bool:
+    r = getattr(e, "response", None)
+    req = getattr(r, "request", None)
+    return bool(req is not None and req.headers.get("authorization"))
+
+
+def _cause(e: Exception) -> str:
+    c = e.__cause__ or e.__context__
+    return _short(c) if c else _short(e)
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:200] if text else type(e).__name__
