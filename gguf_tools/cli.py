@@ -55,10 +55,11 @@ def add_parsers(sub) -> None:
 
     add_convert_parser(sub)
 
-    s = sub.add_parser("convert-draft", help="convert a published DFlash 2 draft (Hugging Face folder) to GGUF",
-                       description="Convert a DFlash 2 draft checkpoint in the published z-lab layout (config.json "
-                                   "with DFlash2DraftModel and dflash_config, *.safetensors) to the dflash GGUF "
-                                   "llama.cpp loads, with the target model's tokenizer.")
+    s = sub.add_parser("convert-draft", help="convert a published DFlash 2 or DFlash draft (Hugging Face folder) to "
+                                             "GGUF",
+                       description="Convert a DFlash draft checkpoint in the published z-lab layout (config.json "
+                                   "with DFlash2DraftModel or DFlashDraftModel and dflash_config, *.safetensors) "
+                                   "to the dflash GGUF llama.cpp loads, with the target model's tokenizer.")
     s.add_argument("hf_dir", metavar="DRAFT_HF_DIR", help="the draft's folder (holds config.json)")
     s.add_argument("--target", required=True, metavar="TARGET.gguf", help="the GGUF of the model the draft is for")
     s.add_argument("--out", help="GGUF file to write (default: DRAFT_HF_DIR/<name>-<dtype>.gguf)")
@@ -92,6 +93,7 @@ def cmd_convert_draft(a) -> int:
     from tqdm import tqdm
 
     from .convert.errors import ConvertError
+    from .dflash import kind_words
     from .dflash.convert import convert_draft
 
     bar = tqdm(total=0, unit="B", unit_scale=True, desc="convert-draft", file=sys.stderr, disable=a.json or None)
@@ -111,7 +113,8 @@ def cmd_convert_draft(a) -> int:
     if a.json:
         print(json.dumps(r.as_dict(), indent=2))
         return 0
-    print(f"{r.path}: {r.hf_class} {r.name}, {r.n_layer} layers, block {r.block_size}, K={r.selector_top_k}, "
+    print(f"{r.path}: {r.hf_class} {r.name}, {kind_words(r.kind, r.selector_top_k)}, {r.n_layer} layers, "
+          f"block {r.block_size}, "
           f"taps {list(r.target_layers)}, {r.n_params / 1e6:.1f}M parameters, {r.dtype}, "
           f"{r.file_bytes / 1e6:.1f} MB in {r.seconds:.1f} s")
     return 0

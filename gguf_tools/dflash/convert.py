@@ -1,15 +1,16 @@
-"""`convert_draft`: a published DFlash 2 checkpoint (z-lab / Inco layout) -> the `dflash` GGUF
-the pinned llama.cpp loads, carrying the target GGUF's tokenizer.
+"""`convert_draft`: a published DFlash checkpoint (z-lab / Inco layout; DFlash 2 or plain DFlash
+v1) -> the `dflash` GGUF the pinned llama.cpp loads, carrying the target GGUF's tokenizer.
 
-What it is: a mapping, nothing more. config.json (class `DFlash2DraftModel`, a Qwen3-style
-decoder config plus a `dflash_config` block) becomes a `DraftConfig`; the safetensors tensors,
+What it is: a mapping, nothing more. config.json (class `DFlash2DraftModel` or
+`DFlashDraftModel`, a Qwen3-style decoder config plus a `dflash_config` block) becomes a
+`DraftConfig` of that kind (a v1 draft has no conv or selector tensors); the safetensors tensors,
 renamed, become the dict `write_dflash_draft` (write.py) expects. That writer owns every
 GGUF key, tensor name and shape; the target's tokenizer metadata is copied by it. Published
 tensors already have the NumPy shapes the writer wants (conv base [side, tap, n_embd], conv
 projection rows [side, tap, group], codebooks [n_vocab, rank]), so nothing is transposed.
 
-What it is not: the config reader and its refusals (convert_config.py: plain DFlash v1
-checkpoints and features our writer has no key for are refused there, with the reason).
+What it is not: the config reader and its refusals (convert_config.py: DSpark checkpoints and
+features our writer has no key for are refused there, with the reason).
 
 Facts from the vendored llama.cpp (`gguf-py/gguf/tensor_mapping.py` DFLASH entries,
 `conversion/qwen.py` DFlashModel, `src/models/dflash.cpp`) and the published z-lab/dflash
@@ -34,7 +35,7 @@ from ..convert.errors import ConvertError
 from ..convert.hf_config import file_stem
 from ..convert.safetensors_reader import TensorRef, find_tensors, read_tensor, to_f32
 from .convert_config import SUPPORTED_CLASSES, draft_config, load_config
-from .format import DraftConfig, tensor_shapes
+from .format import DraftConfig, kind_words, tensor_shapes
 from .write import write_dflash_draft
 
 DTYPES = ("auto", "f32", "f16")
@@ -79,11 +80,12 @@ class ConvertDraftReport:
     path: Path
     name: str
     hf_class: str
+    kind: str  # "dflash2" | "dflash1" (format.py)
     target: Path
     n_layer: int
     target_layers: tuple[int, ...]  # llama.cpp capture ids (HF ids + 1)
     block_size: int
-    selector_top_k: int
+    selector_top_k: int  # 0 for a plain DFlash (v1) draft
     dtype: str  # "f32" | "f16" (2-D weights; norms and conv bases stay f32)
     n_tensors: int
     n_params: int
@@ -127,9 +129,11 @@ def plan_tensors(cfg: DraftConfig, refs: dict[str, TensorRef]) -> dict[str, Tens
         plan[g] = ref
     if unknown:
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-        raise ConvertError(f"the checkpoint has tensors with no place in a {cfg.n_layer}-layer DFlash 2 draft: "
+        what = kind_words(cfg.kind, cfg.selector_top_k)
+        raise ConvertError(f"the checkpoint has tensors with no place in a {cfg.n_layer}-layer {what} draft: "
                            f"{', '.join(unknown[:5])}{more}. HINT: a reduced-vocabulary head (d2t, lm_head), own "
-                           "embeddings or extra heads are not supported; is this a DFlash2DraftModel checkpoint?")
+                           "embeddings or extra heads are not supported; does config.json name the right class "
+                           f"({' or '.join(SUPPORTED_CLASSES)})?")
     missing = sorted(set(want) - set(plan))
     if missing:
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
@@ -150,7 +154,7 @@ def _pick_dtype(dtype: str, plan: dict[str, TensorRef]) -> str:
 
 def convert_draft(hf_dir: str | os.PathLike, target_gguf: str | os.PathLike, out: str | os.PathLike | None = None,
                   progress: Progress | None = None, force: bool = False, dtype: str = "auto") -> ConvertDraftReport:
-    """Convert the DFlash 2 checkpoint in `hf_dir` for `target_gguf`; `progress(done_bytes, total_bytes)`
+    """Convert the DFlash (2 or v1) checkpoint in `hf_dir` for `target_gguf`; `progress(done_bytes, total_bytes)`
     after each tensor read. Writes `OUT.partial`, then renames it; an existing OUT needs `force`."""
     t0 = time.perf_counter()
     hf_dir, target = Path(hf_dir), Path(target_gguf)
@@ -186,7 +190,7 @@ def convert_draft(hf_dir: str | os.PathLike, target_gguf: str | os.PathLike, out
         partial.unlink(missing_ok=True)
         raise
     return ConvertDraftReport(
-        path=out, name=cfg.name, hf_class=raw["_class"], target=target, n_layer=cfg.n_layer,
+        path=out, name=cfg.name, hf_class=raw["_class"], kind=cfg.kind, target=target, n_layer=cfg.n_layer,
         target_layers=cfg.target_layers, block_size=cfg.block_size, selector_top_k=cfg.selector_top_k, dtype=dtype,
         n_tensors=len(tensors), n_params=sum(int(a.size) for a in tensors.values()), source_bytes=total,
         file_bytes=out.stat().st_size, seconds=time.perf_counter() - t0)

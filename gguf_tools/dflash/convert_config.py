@@ -1,4 +1,5 @@
-"""config.json of a published DFlash 2 checkpoint -> `DraftConfig`, checked against the target GGUF.
+"""config.json of a published DFlash checkpoint (DFlash 2 or plain DFlash v1) -> `DraftConfig`,
+checked against the target GGUF.
 
 What it is: the reading and refusing half of `convert_draft` (convert.py does the
 tensors). Settings are read from `dflash_config` first, then the top level of config.json, as
@@ -14,11 +15,16 @@ with `swa_window_size` on every layer), `output_multiplier` (logit scale),
 silu / gelu / gelu_pytorch_tanh / gelu_new (llama.cpp runs every GELU tanh-approximated; for
 an erf `gelu` that differs by < 1e-3 per activation).
 
-What it is not: a reader of plain DFlash (v1, `DFlashDraftModel`) configs, refused with the
-reason. What llama.cpp's graph cannot do or our writer has no key for (biases, rope scaling,
-partial or interleaved rope, other activations, MiMo's mask_embedding.pt, a window whose
-layers are ambiguous) is refused, never dropped: a draft converted without it would propose
-worse tokens with no error anywhere.
+The class names the kind: `DFlash2DraftModel` (the conv and selector settings in
+`dflash_config`) or `DFlashDraftModel` (plain DFlash, kind "dflash1": the same decoder and
+`dflash_config` without them; a v1 config that has them is refused as ambiguous). The same
+vendored `conversion/qwen.py` class (DFlashModel) converts both.
+
+What it is not: a reader of DSpark configs (refused with the reason). What llama.cpp's graph
+cannot do or our writer has no key for (biases, rope scaling, partial or interleaved rope,
+other activations, MiMo's mask_embedding.pt, a window whose layers are ambiguous) is
+refused, never dropped: a draft converted without it would propose worse tokens with no
+error anywhere.
 """
 
 from __future__ import annotations
@@ -30,9 +36,12 @@ from pathlib import Path
 from ..check import GGUFFormatError, check_gguf
 from ..convert.errors import ConvertError
 from ..convert.hf_config import model_name
-from .format import DraftConfig, capture_refusal
+from .format import DFLASH1, DFLASH2, SELECTOR_FIELDS, DraftConfig, capture_refusal
 
-SUPPORTED_CLASSES = ("DFlash2DraftModel",)
+SUPPORTED_CLASSES = ("DFlash2DraftModel", "DFlashDraftModel")
+KIND_OF_CLASS = {"DFlash2DraftModel": DFLASH2, "DFlashDraftModel": DFLASH1}
+# the DSpark classes the vendored conversion/qwen.py knows (DFlash + a Markov head on the logits)
+DSPARK_CLASSES = ("Qwen3DSparkModel", "DSparkDraftModel", "DSparkSpeculator", "Lfm2DSparkDraftModel", "LingDSparkModel")
 _HINT_OTHER = ("HINT: convert it with llama.cpp's own convert_hf_to_gguf.py (--target-model-dir), or train a "
                "draft for this target with `flashdesk train-draft`.")
 
@@ -52,12 +61,12 @@ def load_config(hf_dir: Path) -> dict:
     classes = cfg.get("architectures") or []
     cls = next((c for c in classes if c in SUPPORTED_CLASSES), None)
     if cls is None:
-        if "DFlashDraftModel" in classes:
+        dspark = [c for c in classes if c in DSPARK_CLASSES]
+        if dspark:
             raise ConvertError(
-                f"{path} is a plain DFlash draft (DFlashDraftModel, no candidate selector). The pinned llama.cpp "
-                "can load those, but flashdesk runs only DFlash 2 drafts: its path selectors need the candidate "
-                f"lattice. Supported: {', '.join(SUPPORTED_CLASSES)}. HINT: use the model's DFlash 2 release if "
-                "there is one, or train a DFlash 2 draft for your target with `flashdesk train-draft`.")
+                f"{path} is a DSpark draft ({dspark[0]}: DFlash with a Markov head on the draft's logits), which "
+                f"flashdesk cannot run. Supported: {', '.join(SUPPORTED_CLASSES)}. HINT: use the model's DFlash 2 "
+                "or DFlash release if there is one, or train a draft for your target with `flashdesk train-draft`.")
         raise ConvertError(f"{path}: architectures {classes} is no DFlash draft this converter knows. Supported: "
                            f"{', '.join(SUPPORTED_CLASSES)} (z-lab / Inco layout). HINT: for a full model use "
                            "`flashdesk convert`.")
@@ -184,6 +193,13 @@ def draft_config(cfg: dict, hf_dir: Path, target: Path) -> DraftConfig:
     if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, (int, float))
                                 or not math.isfinite(softcap) or softcap < 0):
         raise ConvertError(f"{path}: final_logit_softcapping must be a number >= 0 (0 = off), not {softcap!r}")
+    kind = KIND_OF_CLASS[cfg["_class"]]
+    selector = {f: _int(cfg, f, path) for f in SELECTOR_FIELDS} if kind == DFLASH2 else {}
+    stray = [f for f in SELECTOR_FIELDS if kind == DFLASH1 and _get(cfg, f) is not None]
+    if stray:  # qwen.py would write them and llama.cpp then expects a selector the class says is absent
+        raise ConvertError(f"{path}: a plain DFlash draft (DFlashDraftModel) with DFlash 2 settings "
+                           f"({', '.join(stray)}): which kind it is is ambiguous. HINT: DFlash 2 checkpoints "
+                           "name the class DFlash2DraftModel; fix `architectures` or drop those settings.")
     try:
         c = DraftConfig(
             n_embd=n_embd, n_vocab=vocab, target_n_layer=t_layers, target_layers=tuple(i + 1 for i in ids),
@@ -191,8 +207,7 @@ def draft_config(cfg: dict, hf_dir: Path, target: Path) -> DraftConfig:
             n_head_kv=_int(cfg, "num_key_value_heads", path, n_head),
             head_dim=_int(cfg, "head_dim", path, n_embd // max(n_head, 1)),
             n_ff=_int(cfg, "intermediate_size", path), block_size=_int(cfg, "block_size", path, 16),
-            selector_top_k=_int(cfg, "selector_top_k", path), selector_rank=_int(cfg, "selector_rank", path),
-            conv_kernel_size=_int(cfg, "conv_kernel_size", path), conv_group_size=_int(cfg, "conv_group_size", path),
+            kind=kind, **selector,
             rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),  # Qwen3Config's default
             rope_freq_base=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
             context_length=_int(cfg, "max_position_embeddings", path, 8192),
@@ -207,9 +222,10 @@ def draft_config(cfg: dict, hf_dir: Path, target: Path) -> DraftConfig:
         )
         c.validate()
     except ValueError as e:
-        raise ConvertError(f"{path}: {e}. HINT: config.json does not describe a DFlash 2 draft llama.cpp can "
+        what = "DFlash 2" if kind == DFLASH2 else "plain DFlash"
+        raise ConvertError(f"{path}: {e}. HINT: config.json does not describe a {what} draft llama.cpp can "
                            "run.") from None
     return c
 
 
-__all__ = ["SUPPORTED_CLASSES", "draft_config", "load_config"]
+__all__ = ["DSPARK_CLASSES", "KIND_OF_CLASS", "SUPPORTED_CLASSES", "draft_config", "load_config"]
