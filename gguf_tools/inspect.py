@@ -2,7 +2,8 @@
 
 Architecture, parameter count (summed from tensor shapes), quantization, tensor types and
 the largest tensors, context length and shape of the network, tokenizer and special
-tokens, chat template, DFlash draft keys, and whether this llama.cpp can pair a DFlash
+tokens, chat template, DFlash draft keys and kind (DFlash 2 with K candidates, plain DFlash
+v1, or a DSpark draft flashdesk cannot run), and whether this llama.cpp can pair a DFlash
 draft with the model. `format_report` turns the dict into a short block of text.
 
 The file is validated by `check_gguf` first (every count, size and offset bounds-checked),
@@ -18,7 +19,7 @@ import os
 from collections import defaultdict
 
 from .check import GGUFSummary, check_gguf
-from .dflash.format import ARCH as DRAFT_ARCH, CAPTURE_ARCHS, TOKENS_KEY
+from .dflash.format import ARCH as DRAFT_ARCH, CAPTURE_ARCHS, TOKENS_KEY, kind_of, kind_words
 
 N_LARGEST = 5
 # Integer tensors (a draft's d2t map, say) hold indices, not weights: not parameters.
@@ -132,6 +133,8 @@ def inspect_gguf(path: str | os.PathLike) -> dict:
         },
         "is_dflash_draft": is_draft,
         "dflash": hp if is_draft else None,
+        # as llama.cpp tells them apart, from the tensors: "dflash2" | "dflash1" | "dspark"
+        "dflash_kind": kind_of(t.name for t in s.tensors) if is_draft else None,
         "can_pair_dflash_draft": can_pair,
         "dflash_pairing": why,
     }
@@ -191,6 +194,9 @@ def format_report(r: dict) -> str:
         d = r["dflash"]
         keys = ("block_size", "selector_top_k", "target_layers", "block_count")
         row("DFlash draft", "yes: " + ", ".join(f"{k} {d[k]}" for k in keys if k in d))
+        block = f", block {d['block_size']} (anchor + {d['block_size'] - 1} drafted)" \
+            if isinstance(d.get("block_size"), int) else ""
+        row("draft kind", kind_words(r["dflash_kind"], d.get("selector_top_k") or 0) + block)
     else:
         row("DFlash draft", f"can pair: {'yes' if r['can_pair_dflash_draft'] else 'no'}, {r['dflash_pairing']}")
     return "\n".join(lines)

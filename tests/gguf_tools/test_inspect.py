@@ -1,5 +1,6 @@
 """inspect_gguf and `flashdesk inspect`: the real model's numbers agree with llama.cpp's, the
-shipped draft shows its DFlash keys, and a broken file is one clear line with exit status 2."""
+shipped draft shows its DFlash keys and kind (a plain DFlash draft its own), and a broken file
+is one clear line with exit status 2."""
 
 from __future__ import annotations
 
@@ -75,6 +76,23 @@ def test_shipped_draft_shows_its_dflash_keys():
     assert "I64" in r["tensor_types"]
     assert r["parameters"] == sum(_numel(t["shape"]) for t in _all_tensors(DRAFT) if t["type"] != "I64")
     assert "DFlash draft  yes: block_size 8" in format_report(r)
+    assert r["dflash_kind"] == "dflash2"
+    assert "draft kind    DFlash 2 (K=16 candidates), block 8 (anchor + 7 drafted)" in format_report(r)
+
+
+def test_a_plain_dflash_draft_shows_its_kind_and_block(tmp_path, model_path):
+    from gguf_tools.dflash import write_random_draft
+
+    path = tmp_path / "v1.gguf"
+    write_random_draft(path, model_path, kind="dflash1", block_size=12)
+    r = inspect_gguf(path)
+    assert r["is_dflash_draft"] and r["dflash_kind"] == "dflash1" and "selector_top_k" not in r["dflash"]
+    text = format_report(r)
+    assert "DFlash draft  yes: block_size 12" in text
+    assert "draft kind    DFlash v1 (no candidate selector), block 12 (anchor + 11 drafted)" in text
+    out = flashdesk("inspect", str(path), "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["dflash_kind"] == "dflash1"
+    assert inspect_gguf(model_path)["dflash_kind"] is None  # a target is no draft of any kind
 
 
 def _numel(shape) -> int:
