@@ -2,7 +2,7 @@
 
 Words (DESIGN.md §3):
   target      the model the user wants output from
-  draft       the DFlash 2 model (or prompt lookup) that proposes tokens
+  draft       the DFlash model (DFlash 2, or plain DFlash v1) or prompt lookup that proposes tokens
   anchor      the last committed token; slot 0 of the block
   block, B    anchor + B-1 slots drafted in one forward pass
   K           candidate token ids kept per block slot (16)
@@ -15,8 +15,9 @@ Words (DESIGN.md §3):
   rollback    removing rejected positions from the target's and the draft's KV cache
 
 The step, one module per stage, joined by loop.py (Stepper.step):
-  drafters/   draft: base.py (the protocol, Proposal, Lattice), dflash.py (DFlash 2 through
-              a llama.cpp draft context; dflash_fit.py checks a draft against the target),
+  drafters/   draft: base.py (the protocol, Proposal, Lattice), dflash.py (DFlash 2 lattices
+              and DFlash v1 paths through a llama.cpp draft context; dflash_fit.py checks a
+              draft against the target),
               lookup.py (prompt lookup)
   select.py   select: the only code that turns a lattice into a path
   verify.py   verify: [anchor] + path as target batch rows, the target's choice at each

@@ -22,6 +22,7 @@ from engine.speculative.drafters.dflash import DFlashDrafter, DraftRefused
 from engine.speculative.params import SpecParams
 from engine.speculative.select import select
 from engine.speculative.state import DrafterRecord
+from engine.store import ModelStore, no_progress
 from gguf_tools.dflash import DraftConfig, random_tensors, write_dflash_draft, write_random_draft
 
 GREEDY = SamplingParams(temperature=0)
@@ -176,3 +177,16 @@ def test_an_engine_with_a_refused_draft_runs_without_it(tmp_path, model_path):
         assert "dflash" not in eng.drafters and "30 layers" in eng.draft_error
     finally:
         eng.close()
+
+
+def test_a_dflash1_draft_pairs_through_the_store(tmp_path, model_path, v1_path):
+    """ModelStore.pair checks a draft with inspect_draft: a v1 draft fits, one it cannot run does not."""
+    s = ModelStore(tmp_path / "home")
+    s.import_file(model_path, "shop", progress=no_progress)
+    m = s.pair("shop", v1_path, progress=no_progress)
+    assert m.draft == "draft.gguf" and DraftConfig.from_gguf(m.draft_path).kind == "dflash1"
+    cfg = DraftConfig.for_target(model_path, kind="dflash1")
+    write_dflash_draft(tmp_path / "d2t.gguf", cfg, random_tensors(cfg, keep_ids=np.arange(0, 49152, 4)), model_path)
+    with pytest.raises(DraftRefused, match="d2t"):
+        s.pair("shop", tmp_path / "d2t.gguf", progress=no_progress)
+    assert open(s.get("shop").draft_path, "rb").read() == open(v1_path, "rb").read()  # the paired one stays
