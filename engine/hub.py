@@ -1,13 +1,13 @@
 """Fetch one pinned catalog file from a Hugging Face endpoint, through `huggingface_hub`.
 
-What the kept client gives us: resumable downloads (a killed or dropped transfer leaves
-`<folder>/.cache/huggingface/download/<file>.incomplete`, and the next call continues it
-with a Range request), `HF_ENDPOINT` for a mirror, `HF_HUB_OFFLINE`, and `HF_TOKEN` (or
-a saved `hf auth login`) for gated repositories. What this module adds: the tree API's
-size and LFS sha256 at the pinned commit are compared with the catalog before a byte is
-fetched; a free-disk check; progress into flashdesk's progress bars (CLI tqdm, the
-Models page's job); a cancel flag checked on every chunk; one error message per failure
-that says what to do next.
+What the kept client gives us: the Hub's resolve and tree APIs with their auth (`HF_TOKEN`
+or a saved `hf auth login` for gated repositories), error types and redirects, and the
+ranged transfer with its retries. What this module adds: `HF_ENDPOINT` (a mirror) and
+`HF_HUB_OFFLINE` read at call time; the tree API's size and LFS sha256 at the pinned commit
+compared with the catalog before a byte is fetched; a part file that survives a killed
+process, so the next pull continues with a Range request; a free-disk check; progress into
+flashdesk's progress bars (CLI tqdm, the Models page's job), where a cancel takes effect;
+one error message per failure that says what to do next.
 
 Not the install (engine/store.py verifies the sha256 itself and moves the file into the
 store atomically) nor the catalog (catalog.py).
@@ -18,18 +18,21 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from urllib.parse import urlsplit
 from pathlib import Path
 from typing import Callable
 
-import httpx
-from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
 from huggingface_hub import errors as hf_errors
+from huggingface_hub.file_download import http_get
+from huggingface_hub.utils import build_hf_headers
 from tqdm.auto import tqdm
 
 from .catalog import HubFile
 from .errors import Cancelled, DownloadError, HubAccessDenied, NotEnoughDisk
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
+PART = ".part"  # an unfinished download, beside where the finished file will be
 DISK_MARGIN = 1 << 30  # keep 1 GiB free beyond the download: a full disk breaks more than the download
 
 # progress(description, total_bytes) -> object with .update(n) and .close() (engine.store.ProgressFactory)
@@ -46,18 +49,17 @@ def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def partial_path(folder: Path, file: str) -> Path | None:
-    """The unfinished download huggingface_hub keeps for `file` in `folder`, if any."""
-    d = folder / ".cache" / "huggingface" / "download"
-    hits = sorted(d.glob(f"{file}*.incomplete")) if d.is_dir() else []
-    return hits[0] if hits else None
+def partial_path(folder: Path, f: HubFile) -> Path | None:
+    """The unfinished download of `f` in `folder`, if any (what a killed pull left)."""
+    p = folder / (f.file + PART)
+    return p if p.is_file() else None
 
 
 def remaining_bytes(f: HubFile, folder: Path) -> int:
     done = folder / f.file
     if done.is_file() and done.stat().st_size == f.size:
         return 0
-    part = partial_path(folder, f.file)
+    part = partial_path(folder, f)
     return max(f.size - (part.stat().st_size if part else 0), 0)
 
 
@@ -81,8 +83,9 @@ def check_pin(f: HubFile, token: str | bool | None = None) -> None:
     a mirror that serves something else is refused before anything is fetched."""
     if offline():
         return
-    try:
-        info = HfApi(endpoint=endpoint(), token=token).get_paths_info(f.repo, [f.file], revision=f.revision)
+    folder = f.file.rpartition("/")[0] or None
+    try:  # the tree API at the commit: what the Hub itself says the file is
+        info = list(HfApi(endpoint=endpoint(), token=token).list_repo_tree(f.repo, folder, revision=f.revision))
     except Exception as e:  # noqa: BLE001  (mapped to one clear message below)
         raise _explain(e, f) from e
     entry = next((i for i in info if getattr(i, "path", None) == f.file), None)
@@ -97,27 +100,45 @@ def check_pin(f: HubFile, token: str | bool | None = None) -> None:
 
 
 def download(f: HubFile, folder: Path, *, progress: ProgressFactory, token: str | bool | None = None) -> Path:
-    """The file, complete, at `folder/<file>` (resuming what an earlier call left). Not yet verified:
-    the caller hashes it against the pin before installing it. A progress bar that raises Cancelled
-    (engine/store.py's cancel flag) stops it, and the unfinished part is deleted."""
+    """The file, complete, at `folder/<file>`, continuing what an earlier call (or a killed process)
+    left in `<file>.part`. Not yet verified: the caller hashes it against the pin before installing it.
+    A progress bar that raises Cancelled (engine/store.py's cancel flag) stops it.
+
+    huggingface_hub's own `hf_hub_download` resumes only within one call (its temporary file has a
+    new random name each call and is deleted on failure), so this drives its two halves itself:
+    `get_hf_file_metadata` (the resolve request: auth, gated and missing repos, the CDN redirect) and
+    `http_get` (the ranged transfer with its retries), into a part file that outlives the process."""
+    done = folder / f.file
+    if done.is_file() and done.stat().st_size == f.size:
+        return done
+    if offline():
+        raise DownloadError(f"{f.file} is not downloaded yet and offline mode is on (HF_HUB_OFFLINE). HINT: unset "
+                            "HF_HUB_OFFLINE on a machine with internet access, or copy the file here and use "
+                            "`flashdesk import`.")
     folder.mkdir(parents=True, exist_ok=True)
+    url = hf_hub_url(f.repo, f.file, revision=f.revision, endpoint=endpoint())
     try:
-        path = hf_hub_download(f.repo, f.file, revision=f.revision, local_dir=folder, endpoint=endpoint(),
-                               token=token, local_files_only=offline(), tqdm_class=_bar_class(progress, f))
-    except Cancelled:
-        discard(folder, f.file)  # a cancel means "not now": give the disk back
-        raise
+        meta = get_hf_file_metadata(url, token=token, endpoint=endpoint())
+        headers = build_hf_headers(token=token)
+        if urlsplit(meta.location).netloc != urlsplit(url).netloc:
+            headers.pop("authorization", None)  # a signed CDN URL: the token stays with the Hub (as the client does)
+        part = folder / (f.file + PART)
+        with open(part, "ab") as out:
+            http_get(meta.location, out, resume_size=out.tell(), headers=headers, expected_size=f.size,
+                     displayed_filename=f.file, tqdm_class=_bar_class(progress, f))
     except Exception as e:  # noqa: BLE001
         raise _explain(e, f) from e
-    return Path(path)
+    if part.stat().st_size != f.size:
+        raise DownloadError(f"{f.file} ended at {part.stat().st_size} of {f.size} bytes. HINT: run the pull again: "
+                            "it continues where it stopped.")
+    os.replace(part, done)
+    return done
 
 
-def discard(folder: Path, file: str) -> None:
-    """Forget a download: the finished file, the unfinished part and huggingface_hub's metadata of it."""
-    (folder / file).unlink(missing_ok=True)
-    meta = folder / ".cache" / "huggingface" / "download"
-    for p in meta.glob(f"{file}*") if meta.is_dir() else []:
-        p.unlink(missing_ok=True)
+def discard(folder: Path, f: HubFile) -> None:
+    """Forget a download: the finished file and the unfinished part."""
+    (folder / f.file).unlink(missing_ok=True)
+    (folder / (f.file + PART)).unlink(missing_ok=True)
 
 
 def _bar_class(progress: ProgressFactory, f: HubFile):
@@ -185,7 +206,7 @@ def _explain(e: Exception, f: HubFile) -> Exception:
     if isinstance(e, hf_errors.HfHubHTTPError):
         return DownloadError(f"{where} answered {_status(e) or 'an error'} for {f.file}: {_short(e)}. HINT: the Hub "
                              f"or your mirror may be down; try again later. {again}")
-    if isinstance(e, httpx.HTTPError):
+    if _transport_error(e):
         return DownloadError(f"the connection to {endpoint()} broke while downloading {f.file} ({_short(e)}). "
                              f"HINT: {again}")
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
@@ -195,6 +216,12 @@ def _explain(e: Exception, f: HubFile) -> Exception:
         return DownloadError(f"could not write {f.file}: {e.strerror or e}. HINT: check that the flashdesk folder "
                              "is writable.")
     return DownloadError(f"downloading {f.file} from {where} failed: {type(e).__name__}: {_short(e)}")
+
+
+def _transport_error(e: Exception) -> bool:
+    """A broken or refused connection, as huggingface_hub's HTTP client raises it (httpx in 1.x, its
+    fork httpx2 in 2.x): told by module, so this does not bind to one transport library."""
+    return type(e).__module__.split(".")[0] in ("httpx", "httpx2") or isinstance(e, ConnectionError | TimeoutError)
 
 
 def _status(e: Exception) -> int | None:

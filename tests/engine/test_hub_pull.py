@@ -1,0 +1,284 @@
+"""`flashdesk pull` from a Hugging Face endpoint, against the local stand-in Hub (tests/hub_standin.py)
+with the real huggingface_hub client: fetch, verify and pair a target with its DFlash 2 or v1 draft;
+resume after a kill mid-file and after a dropped connection; a wrong hash, a full disk, 401/403/404,
+a dead upstream and a cancel each refused with nothing half-installed; a user catalog entry; and
+speculation through the pulled pair, served the way `flashdesk serve` loads it, staying lossless.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hub_models import catalog_entry, hub_file, write_draft, write_target
+from hub_standin import HubStandIn
+
+from conftest import ROOT
+from engine import Completion, SamplingParams, hub
+from engine.errors import Cancelled, DownloadError, HubAccessDenied, InvalidRequest, NotEnoughDisk
+from engine.speculative.params import SpecParams
+from engine.store import ModelStore, no_progress
+
+REPO, DRAFT_REPO, GATED = "tiny-org/Tiny-GGUF", "tiny-org/Tiny-DFlash2-GGUF", "gated-org/Tiny-GGUF"
+BIG = "tiny-org/Tiny-F32-GGUF"  # a target of 12.6 MB: huggingface_hub writes 10 MiB pieces, resumes at their ends
+PIECE = 10 * 1024 * 1024
+TOKEN = "hf_right_token"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, model_path):
+    d = tmp_path_factory.mktemp("hubfiles")
+    target = write_target(d / "Tiny-Q8_0.gguf", model_path)
+    return {"target": target, "big": write_target(d / "Tiny-F32.gguf", model_path, embd_dtype=np.float32),
+            "v2": write_draft(d / "Tiny-DFlash2-Q4_K_M.gguf", target, "dflash2"),
+            "v1": write_draft(d / "dflash-Tiny-Q8_0.gguf", target, "dflash1")}
+
+
+@pytest.fixture(scope="module")
+def standin(files):
+    with HubStandIn() as h:
+        rev = h.add_repo(REPO, {"Tiny-Q8_0.gguf": files["target"], "dflash-Tiny-Q8_0.gguf": files["v1"],
+                                "README.md": b"# tiny\n"})
+        drev = h.add_repo(DRAFT_REPO, {"Tiny-DFlash2-Q4_K_M.gguf": files["v2"]})
+        grev = h.add_repo(GATED, {"Tiny-Q8_0.gguf": files["target"]}, token=TOKEN)
+        brev = h.add_repo(BIG, {"Tiny-F32.gguf": files["big"]})
+        h.revs = {REPO: rev, DRAFT_REPO: drev, GATED: grev, BIG: brev}
+        yield h
+
+
+@pytest.fixture
+def hub_env(standin, monkeypatch, tmp_path):
+    """This test's own endpoint, HF home and no token: nothing of the user's Hugging Face setup."""
+    standin.throttle(None)
+    monkeypatch.setenv("HF_ENDPOINT", standin.url)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    return standin
+
+
+def target_pin(standin, files, repo=REPO, **override):
+    return hub_file(repo, standin.revs.get(repo, "a" * 40), files["big" if repo == BIG else "target"]) | override
+
+
+def draft_pin(standin, files, kind):
+    if kind == "dflash2":
+        return hub_file(DRAFT_REPO, standin.revs[DRAFT_REPO], files["v2"])
+    return hub_file(REPO, standin.revs[REPO], files["v1"], license="MIT")
+
+
+def fetched(standin, since: int, file: str) -> list:
+    return [r for r in standin.requests[since:] if r.method == "GET" and r.path.endswith(file) or
+            r.method == "GET" and r.path.startswith("/_lfs/") and file in r.path]
+
+
+def installed(home: Path) -> list[str]:
+    return sorted(p.name for p in (home / "models").iterdir()) if (home / "models").is_dir() else []
+
+
+@pytest.mark.parametrize("kind", ["dflash2", "dflash1"])
+def test_pull_fetches_verifies_and_pairs_the_draft(hub_env, files, tmp_path, kind):
+    home = tmp_path / "home"
+    catalog_entry(home, "tiny", target_pin(hub_env, files), draft_pin(hub_env, files, kind), kind=kind,
+                  chat_template={"enable_thinking": False})
+    store = ModelStore(home)
+    m = store.pull("tiny", progress=no_progress)
+    assert m.sha256 == target_pin(hub_env, files)["sha256"] and m.source == "catalog:tiny"
+    assert m.draft == "draft.gguf" and Path(m.draft_path).read_bytes() == files[{"dflash2": "v2",
+                                                                                "dflash1": "v1"}[kind]].read_bytes()
+    assert m.options == {"chat_template": {"enable_thinking": False}, "draft_kind": kind,
+                         "n_draft": {"cuda": 3, "metal": 3, "cpu": 3}}
+    assert not (home / "downloads" / "tiny").exists()  # the download folder goes once both are in
+    n = len(hub_env.requests)
+    assert store.pull("tiny", progress=no_progress).sha256 == m.sha256  # idempotent: nothing fetched again
+    assert not [r for r in hub_env.requests[n:] if r.method == "GET"]
+
+
+def test_the_pulled_pair_serves_losslessly(hub_env, files, tmp_path):
+    """Greedy output through the pulled pair, loaded as `flashdesk serve` loads it, equals plain decoding."""
+    from server.runtime import load_engine
+    from server.settings import Settings
+
+    home = tmp_path / "home"
+    for name, kind in (("tiny2", "dflash2"), ("tiny1", "dflash1")):
+        catalog_entry(home, name, target_pin(hub_env, files), draft_pin(hub_env, files, kind), kind=kind)
+        ModelStore(home).pull(name, progress=no_progress)
+    prompts = ["The workshop order says", "Dear customer, your print job", "1, 2, 3,"]
+    greedy = SamplingParams(temperature=0)
+    for name in ("tiny2", "tiny1"):
+        entry, eng = load_engine(Settings(home=str(home), model=name, ctx=512, parallel=2))
+        try:
+            assert eng.draft_error is None and "dflash" in eng.drafters
+            plain = [eng.complete(p, sampling=greedy, max_tokens=24, speculative=SpecParams(mode="off")).tokens
+                     for p in prompts]
+            hs = [eng.generate(p, sampling=greedy, max_tokens=24, speculative=SpecParams(mode="dflash", block=4))
+                  for p in prompts]
+            spec = [Completion.collect(iter(h)) for h in hs]
+        finally:
+            eng.close()
+        assert [c.tokens for c in spec] == plain, name
+        assert all(c.usage.speculation for c in spec), "the draft must actually have drafted"
+
+
+def test_resume_after_a_killed_pull(hub_env, files, tmp_path):
+    home = tmp_path / "home"
+    catalog_entry(home, "tiny", target_pin(hub_env, files, repo=BIG))
+    pin = ModelStore(home).catalog().get("tiny").target
+    hub_env.throttle(pin.size // 8)  # ~8 s for the file: time to kill it after its first piece
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen([sys.executable, "-m", "server.cli", "--home", str(home), "pull", "tiny"], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    folder = home / "downloads" / "tiny"
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None:
+        part = hub.partial_path(folder, pin)
+        if part is not None and part.stat().st_size >= PIECE:
+            break
+        time.sleep(0.05)
+    else:
+        p.kill()
+        pytest.fail(f"the download never got a piece written: {p.stderr.read().decode()[-500:]}")
+    p.send_signal(signal.SIGKILL)
+    p.wait(10)
+    assert not (home / "models" / "tiny").exists()  # killed: nothing installed
+    done = hub.partial_path(folder, pin).stat().st_size
+    hub_env.throttle(None)
+    n = len(hub_env.requests)
+    m = ModelStore(home).pull("tiny", progress=no_progress)
+    assert m.sha256 == pin.sha256 and not folder.exists()
+    ranges = [r.range for r in hub_env.requests[n:] if r.method == "GET" and r.range]
+    assert ranges == [f"bytes={done}-"], ranges  # continued where the killed process stopped, not restarted
+
+
+def test_a_broken_connection_says_pull_again_and_then_resumes(hub_env, files, tmp_path):
+    home = tmp_path / "home"
+    catalog_entry(home, "tiny", target_pin(hub_env, files, repo=BIG))
+    hub_env.fault(drop_after=PIECE + 500_000)  # the link breaks after the first piece is written...
+    hub_env.fault(status=503, path="/_lfs/", times=1)  # ...and the client's own retry meets a dead upstream
+    with pytest.raises(DownloadError, match="503.*continues where it stopped"):
+        ModelStore(home).pull("tiny", progress=no_progress)
+    assert not (home / "models" / "tiny").exists()
+    n = len(hub_env.requests)
+    assert ModelStore(home).pull("tiny", progress=no_progress).draft == ""
+    assert [r.range for r in hub_env.requests[n:] if r.method == "GET" and r.range] == [f"bytes={PIECE}-"]
+
+
+def test_a_wrong_pin_is_refused_before_downloading(hub_env, files, tmp_path):
+    home = tmp_path / "home"
+    catalog_entry(home, "tiny", target_pin(hub_env, files, sha256="0" * 64))
+    n = len(hub_env.requests)
+    with pytest.raises(DownloadError, match="catalog pins size .* nothing was downloaded"):
+        ModelStore(home).pull("tiny", progress=no_progress)
+    assert installed(home) == [] and not fetched(hub_env, n, "Tiny-Q8_0.gguf")
+
+
+def test_a_file_that_does_not_hash_to_its_pin_is_not_installed(hub_env, files, tmp_path, monkeypatch):
+    """A mirror whose tree agrees with the pin but whose bytes do not: the sha256 after the download decides."""
+    home = tmp_path / "home"
+    catalog_entry(home, "tiny", target_pin(hub_env, files, sha256="1" * 64))
+    monkeypatch.setattr(hub, "check_pin", lambda f, token=None: None)
+    with pytest.raises(DownloadError, match="expected sha256; not installed"):
+        ModelStore(home).pull("tiny", progress=no_progress)
+    assert installed(home) == []
+    assert not list((home / "downloads").rglob("*.gguf")) if (home / "downloads").exists() else True
+
+
+def test_too_little_free_disk_is_refused_before_starting(hub_env, files, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    catalog_entry(home, "tiny", target_pin(hub_env, files), draft_pin(hub_env, files, "dflash2"))
+    real = hub.shutil.disk_usage
+    monkeypatch.setattr(hub.shutil, "disk_usage", lambda p: real(p)._replace(free=50 << 20))
+    n = len(hub_env.requests)
+    with pytest.raises(NotEnoughDisk, match="needs 0.0 GB .* free at") as info:
+        ModelStore(home).pull("tiny", progress=no_progress)
+    assert "FLASHDESK_HOME" in info.value.message
+    assert hub_env.requests[n:] == [] and installed(home) == []
+
+
+def test_gated_and_missing_repositories_say_what_to_do(hub_env, files, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    catalog_entry(home, "gated", target_pin(hub_env, files, repo=GATED))
+    store = ModelStore(home)
+    with pytest.raises(HubAccessDenied, match=r"needs a login \(401\).*HF_TOKEN"):
+        store.pull("gated", progress=no_progress)
+    monkeypatch.setenv("HF_TOKEN", "hf_wrong")
+    with pytest.raises(HubAccessDenied, match=r"\((401|403)\)"):
+        store.pull("gated", progress=no_progress)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    assert store.pull("gated", progress=no_progress).name == "gated"
+
+    catalog_entry(home, "gone", target_pin(hub_env, files, repo="nobody/Nothing-GGUF"))
+    with pytest.raises(DownloadError, match="was not found"):
+        store.pull("gone", progress=no_progress)
+    catalog_entry(home, "nofile", target_pin(hub_env, files, file="Tiny-Q2_K.gguf"))
+    with pytest.raises(DownloadError, match="has no file Tiny-Q2_K.gguf"):
+        store.pull("nofile", progress=no_progress)
+    assert installed(home) == ["gated"]
+
+
+def test_a_dead_upstream_is_an_error_not_a_hang(hub_env, files, tmp_path):
+    home = tmp_path / "home"
+    catalog_entry(home, "tiny", target_pin(hub_env, files))
+    hub_env.fault(status=503, path="/api/", times=10)
+    with pytest.raises(DownloadError, match="503"):
+        ModelStore(home).pull("tiny", progress=no_progress)
+    assert installed(home) == []
+
+
+def test_offline_mode_says_so(hub_env, files, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    catalog_entry(home, "tiny", target_pin(hub_env, files))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DownloadError, match="offline mode is on"):
+        ModelStore(home).pull("tiny", progress=no_progress)
+
+
+def test_cancel_stops_the_download_and_leaves_nothing(hub_env, files, tmp_path):
+    home = tmp_path / "home"
+    catalog_entry(home, "tiny", target_pin(hub_env, files), draft_pin(hub_env, files, "dflash1"))
+    hub_env.throttle(files["target"].stat().st_size // 10)
+    cancel, seen = threading.Event(), []
+
+    def progress(desc, total):
+        class Bar:
+            def update(self, n):
+                seen.append(n)
+                if sum(seen) > total // 3:
+                    cancel.set()
+
+            def close(self):
+                pass
+        return Bar()
+
+    with pytest.raises(Cancelled):
+        ModelStore(home).pull("tiny", progress=progress, cancel=cancel)
+    assert installed(home) == [] and not (home / "downloads" / "tiny").exists()
+
+
+def test_user_catalog_entries_and_their_problems(hub_env, files, tmp_path):
+    home = tmp_path / "home"
+    catalog_entry(home, "mine", target_pin(hub_env, files))
+    (home / "catalog" / "broken.json").write_text('{"models": [{"name": "x"}]}')
+    bad_name = target_pin(hub_env, files, file="dflash-Tiny-Q8_0.gguf")
+    catalog_entry(home, "draftlike", bad_name)
+    cat = ModelStore(home).catalog()
+    assert "mine" in cat and "smollm2" in cat and cat.get("mine").source == "user:mine.json"
+    problems = dict(cat.problems)
+    assert "title" in problems[str(home / "catalog" / "broken.json")]
+    assert "named like a draft" in problems[str(home / "catalog" / "draftlike.json")]
+
+
+def test_a_draft_file_is_never_a_chat_model(files, tmp_path):
+    store = ModelStore(tmp_path / "home")
+    with pytest.raises(InvalidRequest, match="is a speculative draft, not a chat model"):
+        store.import_file(files["v1"])
+    with pytest.raises(InvalidRequest, match="is a speculative draft"):
+        store.resolve(str(files["v2"]))
