@@ -227,7 +227,7 @@ def test_gated_and_missing_repositories_say_what_to_do(hub_env, files, tmp_path,
 def test_a_dead_upstream_is_an_error_not_a_hang(hub_env, files, tmp_path):
     home = tmp_path / "home"
     catalog_entry(home, "tiny", target_pin(hub_env, files))
-    hub_env.fault(status=503, path="/api/", times=10)
+    hub_env.fault(status=503, path="/_lfs/")  # the file server (the API's 5xx get retried with backoff for ~20 s)
     with pytest.raises(DownloadError, match="503"):
         ModelStore(home).pull("tiny", progress=no_progress)
     assert installed(home) == []
@@ -243,8 +243,8 @@ def test_offline_mode_says_so(hub_env, files, tmp_path, monkeypatch):
 
 def test_cancel_stops_the_download_and_leaves_nothing(hub_env, files, tmp_path):
     home = tmp_path / "home"
-    catalog_entry(home, "tiny", target_pin(hub_env, files), draft_pin(hub_env, files, "dflash1"))
-    hub_env.throttle(files["target"].stat().st_size // 10)
+    catalog_entry(home, "tiny", target_pin(hub_env, files, repo=BIG), draft_pin(hub_env, files, "dflash1"))
+    hub_env.throttle(files["big"].stat().st_size // 3)  # the first 10 MiB piece comes after ~2.5 s
     cancel, seen = threading.Event(), []
 
     def progress(desc, total):
