@@ -130,6 +130,14 @@ class CatalogEntry:
         return self.target.license
 
     @property
+    def sha256(self) -> str:  # of the target
+        return self.target.sha256
+
+    @property
+    def size(self) -> int:  # of the target
+        return self.target.size
+
+    @property
     def download_bytes(self) -> int:
         return self.target.size + (self.draft.download_size if self.draft else 0)
 

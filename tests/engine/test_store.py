@@ -124,7 +124,9 @@ def test_pull_pairs_the_shipped_draft_unless_the_user_chose(tmp_path, model_path
     shipped_dir.mkdir()
     write_random_draft(shipped_dir / "smollm2.gguf", model_path, seed=1)
     monkeypatch.setattr(catalog, "DRAFTS_DIR", shipped_dir)
-    monkeypatch.setitem(CATALOG, "smollm2", dataclasses.replace(CATALOG["smollm2"], draft="smollm2.gguf"))
+    entry = CATALOG["smollm2"]
+    monkeypatch.setitem(CATALOG, "smollm2", dataclasses.replace(entry, draft=dataclasses.replace(entry.draft,
+                                                                                               shipped="smollm2.gguf")))
     s = ModelStore(tmp_path / "home")
     folder = s.models_dir / "smollm2"
     shutil.copytree(os.path.dirname(store.get("smollm2").path), folder,

@@ -87,9 +87,20 @@ def test_list_shows_the_served_model_with_its_draft_and_the_catalog(srv):
     assert m["file"] == ENTRY.filename and m["size"] == ENTRY.size and m["sha256"] == ENTRY.sha256
     assert m["architecture"] == "llama" and m["source"] == "catalog:smollm2" and m["added"] > 0
     assert m["draft"]["file"] == "draft.gguf" and m["draft"]["source"].startswith("shipped:")
-    cat = {c["name"]: c for c in body["catalog"]}["smollm2"]
-    assert cat == {"name": "smollm2", "title": ENTRY.title, "size": ENTRY.size, "license": "Apache-2.0",
-                   "installed": True, "has_draft": ENTRY.draft_file is not None}
+    cat = {c["name"]: c for c in body["catalog"]}
+    smol = cat["smollm2"]
+    assert {k: smol[k] for k in ("title", "size", "license", "installed", "has_draft", "source", "cpu")} == {
+        "title": ENTRY.title, "size": ENTRY.size, "license": "Apache-2.0", "installed": True,
+        "has_draft": ENTRY.draft_file is not None, "source": "builtin", "cpu": True}
+    assert smol["target"]["source"] == "pypi" and smol["draft"]["kind"] == "dflash2"
+    assert smol["fits"] is True and smol["recommended"] is False  # a CPU-only machine: nothing is recommended
+    flagship = cat["qwen3.8-27b"]
+    assert flagship["target"]["repo"] == "unsloth/Qwen3.8-27B-GGUF" and len(flagship["target"]["revision"]) == 40
+    assert flagship["draft"]["kind"] == "dflash2" and flagship["draft"]["license"] == "Apache-2.0"
+    assert flagship["download_bytes"] == flagship["target"]["size"] + flagship["draft"]["size"]
+    assert flagship["fits"] is False and flagship["memory_bytes"] > flagship["download_bytes"]
+    assert body["hardware"]["kind"] == "cpu" and body["hardware"]["memory_bytes"] > 0
+    assert body["catalog_problems"] == []
 
 
 def test_system_says_cpu_in_plain_words(srv):
