@@ -76,6 +76,11 @@ export function formatNumber(n, digits = 0) {
   return new Intl.NumberFormat(current, { maximumFractionDigits: digits, minimumFractionDigits: digits }).format(n);
 }
 
+/** ["A", "B", "C"] -> "A, B, and C" (en) or "A、B和C" (zh-TW): the reader's own way of listing. */
+export function formatList(items) {
+  return new Intl.ListFormat(current, { style: "long", type: "conjunction" }).format(items);
+}
+
 export function formatTime(seconds) {
   return new Intl.DateTimeFormat(current, { dateStyle: "medium", timeStyle: "short" }).format(new Date(seconds * 1000));
 }

@@ -8,15 +8,16 @@
 // request stops when the page unmounts.
 //
 // This file holds the page's state, its data and its actions; the parts it shows are
-// built in models_cards.js (model and catalog cards), models_jobs.js (one job's
-// progress), models_import.js (the import form, the path dialog) and models_hardware.js
-// ("Your computer").
+// built in models_cards.js (installed models), models_catalog.js (the catalog, what fits
+// here; "#/models/NAME" opens at that card), models_jobs.js (a job's progress, Cancel),
+// models_import.js (the import form, the path dialog) and models_hardware.js ("Your computer").
 
 import { get, post, del } from "./api.js";
 import { refreshHealth } from "./app.js";
 import { clear, confirmDialog, formatBytes, h } from "./dom.js";
 import { t } from "./i18n.js";
-import { catalogCard, ctaCard, installedView } from "./models_cards.js";
+import { ctaCard, installedView } from "./models_cards.js";
+import { catalogView, problemsView, showSpotlight, tierView } from "./models_catalog.js";
 import { enc, errorText, newId } from "./models_common.js";
 import { computerView, systemErrorView } from "./models_hardware.js";
 import { ImportCard, pathDialog } from "./models_import.js";
@@ -38,6 +39,8 @@ class ModelsPage {
     this.health = ctx.health();
     this.installed = null; // null until the first answer
     this.catalog = [];
+    this.modelsBody = null; // the last GET /v1/store/models answer: hardware, tiers, catalog problems
+    this.spotlight = ctx.arg; // the catalog card to show first ("#/models/NAME"), once
     this.defaultName = DEFAULT_MODEL;
     this.listError = null;
     this.system = null;
@@ -59,6 +62,7 @@ class ModelsPage {
     this.ctaSlot = h("div");
     this.installedList = h("div", { class: "model-grid" }, h("p", { class: "muted" }, t("common.loading")));
     this.catalogList = h("div", { class: "stack" });
+    this.tierSlot = h("div", { class: "stack" }); // what fits this computer, and user catalog files that failed
     this.computerBody = h("div", { class: "stack" }, h("p", { class: "muted" }, t("common.loading")));
     this.importCard = new ImportCard(this);
 
@@ -66,7 +70,7 @@ class ModelsPage {
     const catalogH = h("h2", { id: newId("catalog"), tabindex: "-1" }, t("models.catalog_title"));
     const computerH = h("h2", { id: newId("computer"), tabindex: "-1" }, t("models.computer_title"));
     this.catalogSection = h("section", { class: "stack", "aria-labelledby": catalogH.id }, catalogH,
-      h("p", { class: "hint" }, t("models.catalog_hint")), this.catalogList);
+      this.tierSlot, h("p", { class: "hint" }, t("models.catalog_hint")), this.catalogList);
 
     clear(this.root, h("div", { class: "page models-page stack" },
       h("h1", {}, t("models.title")),
@@ -130,6 +134,7 @@ class ModelsPage {
       const body = await get("v1/store/models", this.opts());
       this.installed = body.data || [];
       this.catalog = body.catalog || [];
+      this.modelsBody = body;
       this.defaultName = body.default || (this.catalog.some((c) => c.name === DEFAULT_MODEL) ? DEFAULT_MODEL
         : this.catalog[0]?.name) || DEFAULT_MODEL;
       this.listError = null;
@@ -161,7 +166,7 @@ class ModelsPage {
     for (const job of jobs) {
       if (job.status !== "running") continue;
       const key = job.kind === "import" ? "import" : `${job.kind}:${job.model}`;
-      if (!this.trackers.has(key)) this.track(key, job, null);
+      if (!this.trackers.has(key)) this.track(key, job, job.kind === "pull" ? () => this.pull(job.model) : null);
     }
   }
 
@@ -187,6 +192,8 @@ class ModelsPage {
       if (job.kind === "pair" && this.isServed(job.model)) this.reloadNeeded.add(job.model);
       this.announce(tracker.doneText());
       if (tracker.key === "import") this.importCard.reset();
+    } else if (job.status === "cancelled") {
+      this.announce(t("models.job_cancelled"));
     }
     this.loadModels();
   }
@@ -339,8 +346,10 @@ class ModelsPage {
     if (this.dead) return;
     this.renderCta();
     this.rerender(this.installedList, () => installedView(this));
-    this.rerender(this.catalogList, () => this.catalogView());
+    this.rerender(this.catalogList, () => catalogView(this));
+    clear(this.tierSlot, tierView(this), problemsView(this));
     this.importCard.update();
+    showSpotlight(this);
   }
 
   /**
@@ -376,14 +385,6 @@ class ModelsPage {
     this.ctaMissing = missing ? entry.name : null;
     if (!missing) return clear(this.ctaSlot);
     this.rerender(this.ctaSlot, () => ctaCard(this, entry));
-  }
-
-  catalogView() {
-    const entries = this.catalog.filter((c) => c.name !== this.ctaMissing);
-    this.catalogSection.hidden = !entries.length && !!this.ctaMissing;
-    if (!entries.length) return h("p", { class: "muted" }, this.installed ? t("models.catalog_empty") : t("common.loading"));
-    const busy = this.busyJob();
-    return entries.map((c) => catalogCard(this, c, busy));
   }
 
   renderComputer() {

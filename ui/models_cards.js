@@ -1,6 +1,6 @@
 // The cards of the Models page: one per installed model (its facts, speed-up, job and
-// buttons), one per catalog entry, and the call to download the default model when it is
-// missing. Functions that build DOM from the page's state; the buttons call the page's
+// buttons) and the call to download the default model when it is missing (the catalog's
+// cards are models_catalog.js). Functions that build DOM from the page's state; the buttons call the page's
 // actions (pull, useModel, pairDraft, removeDraft, deleteModel), which re-render.
 //
 // Every button carries a data-key, so the page's re-render can put focus back on it.
@@ -98,26 +98,6 @@ function modelCard(page, m) {
   deleteBlocked && !jobHere ? h("p", { class: "hint", id: deleteHintId }, deleteBlocked) : null);
 }
 
-/** One catalog entry, with its download button (or the download's job) unless it is installed. */
-export function catalogCard(page, c, busy) {
-  const titleId = newId("c");
-  const tracker = page.trackers.get(`pull:${c.name}`);
-  return h("article", { class: "card catalog-card stack", "aria-labelledby": titleId, dataset: { model: c.name } },
-    h("div", { class: "row" },
-      h("h3", { id: titleId, class: "grow" }, c.title || c.name),
-      c.installed ? h("span", { class: "badge ok" }, t("models.installed_badge")) : null),
-    h("dl", { class: "facts" },
-      h("dt", {}, t("models.name")), h("dd", {}, c.name),
-      h("dt", {}, t("models.size")), h("dd", {}, formatBytes(c.size)),
-      h("dt", {}, t("models.license")), h("dd", {}, c.license || t("models.unknown")),
-      h("dt", {}, t("models.draft")), h("dd", {}, c.has_draft ? t("models.catalog_has_draft") : t("models.draft_none"))),
-    tracker ? tracker.el : null,
-    c.installed || (tracker && tracker.job.status !== "done") ? null : h("div", { class: "row" },
-      h("button", { type: "button", class: "primary", "data-key": `pull:${c.name}`, disabled: !!busy,
-        onclick: () => page.pull(c.name) }, t("models.download_size", { size: formatBytes(c.size) })),
-      h("span", { class: "hint" }, busy ? t("models.busy_hint") : t("models.needs_internet"))));
-}
-
 function sourceText(source = "") {
   if (source.startsWith("catalog:")) return t("models.source_catalog");
   if (source.startsWith("import:")) return t("models.source_import", { path: source.slice(7) });
@@ -128,5 +108,6 @@ function sourceText(source = "") {
 function draftSourceText(draft) {
   const src = draft.source || "";
   if (src.startsWith("shipped:")) return t("models.draft_shipped");
+  if (src.startsWith("hub:")) return t("models.draft_hub");
   return t("models.draft_user", { file: draft.file });
 }

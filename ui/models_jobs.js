@@ -1,12 +1,14 @@
 // A store job on the Models page (download, import, pair a draft): the server runs it,
 // this asks GET /v1/store/jobs/{id} until it ends and shows it as a <progress> bar with
-// its phase in plain words, then "done" or the reason it failed with "Try again".
+// its phase in plain words, then "done" or the reason it failed with "Try again". A
+// download has a Cancel button (POST /v1/store/jobs/{id}/cancel): the server stops at its
+// next chunk and the job ends "cancelled", with nothing installed.
 //
 // The tracker's element is placed by the page in the card the job belongs to (catalog
 // entry, installed model, import form) and survives the page's re-renders, so a screen
 // reader's live region and the user's focus are not lost every 700 ms.
 
-import { get } from "./api.js";
+import { get, post } from "./api.js";
 import { clear, formatBytes, h } from "./dom.js";
 import { t } from "./i18n.js";
 import { enc, errorText, newId } from "./models_common.js";
@@ -31,8 +33,12 @@ export class JobTracker {
     this.progress = h("progress", { max: "1", "aria-labelledby": phaseId, "aria-describedby": bytesId });
     this.bytes = h("p", { class: "hint job-bytes", id: bytesId });
     this.result = h("div");
+    this.cancelError = h("p", { class: "error-text", role: "alert" });
+    this.cancelButton = h("button", { type: "button", class: "small job-cancel", "data-key": `cancel:${key}`,
+      onclick: () => this.cancel() }, t("common.cancel"));
+    this.actions = h("div", { class: "row job-actions" }, this.cancelButton, this.cancelError);
     this.el = h("div", { class: "job stack", dataset: { job: key, kind: job.kind } },
-      this.title, this.phase, this.progress, this.bytes, this.result);
+      this.title, this.phase, this.progress, this.bytes, this.actions, this.result);
     this.update();
   }
 
@@ -48,6 +54,21 @@ export class JobTracker {
     const { kind, model } = this.job;
     if (kind === "pair") return t("models.done_pair", { name: model });
     return t("models.done_install", { name: model });
+  }
+
+  /** Ask the server to stop this download; the next poll shows "cancelled" once it has. */
+  async cancel() {
+    this.cancelButton.disabled = true;
+    this.cancelButton.textContent = t("models.cancelling");
+    this.cancelError.textContent = "";
+    try {
+      this.job = { ...this.job, ...(await post(`v1/store/jobs/${enc(this.job.id)}/cancel`, {}, this.page.opts())) };
+    } catch (e) {
+      if (e.name === "AbortError") return;
+      this.cancelError.textContent = t("models.cancel_failed", { message: errorText(e) });
+      this.cancelButton.disabled = false;
+    }
+    this.update();
   }
 
   async follow() {
@@ -75,8 +96,16 @@ export class JobTracker {
     this.title.textContent = this.titleText();
     this.progress.hidden = !running;
     this.bytes.hidden = !running;
+    // Only a download can be stopped half-way (the server checks its cancel flag per chunk).
+    this.actions.hidden = !(running && job.kind === "pull" && job.id);
+    if (job.cancelling) {
+      this.cancelButton.disabled = true;
+      this.cancelButton.textContent = t("models.cancelling");
+    } else if (running && !this.cancelButton.disabled) {
+      this.cancelButton.textContent = t("common.cancel");
+    }
     if (running) {
-      const text = phaseText(job.phase);
+      const text = phaseText(job, this.page.catalog.find((c) => c.name === job.model));
       if (this.phase.textContent !== text) this.phase.textContent = text; // the live region speaks on change only
       if (job.total_bytes > 0) {
         const done = Math.min(job.done_bytes, job.total_bytes);
@@ -98,6 +127,14 @@ export class JobTracker {
         h("p", { class: "grow job-ok", role: "status" }, this.doneText()),
         h("button", { type: "button", class: "small ghost", "data-key": `dismiss:${this.key}`,
           onclick: () => this.dismiss() }, t("common.close"))));
+    } else if (job.status === "cancelled") {
+      clear(this.result, h("div", { class: "notice stack job-cancelled", role: "status" },
+        h("p", {}, t("models.job_cancelled")),
+        h("div", { class: "row" },
+          this.retry ? h("button", { type: "button", class: "small", "data-key": `retry:${this.key}`,
+            onclick: () => this.retry() }, t("models.download_again")) : null,
+          h("button", { type: "button", class: "small ghost", "data-key": `dismiss:${this.key}`,
+            onclick: () => this.dismiss() }, t("common.close")))));
     } else {
       clear(this.result, h("div", { class: "error-box stack", role: "alert" },
         h("p", {}, t("models.job_failed"), " ", job.error || ""),
@@ -139,13 +176,22 @@ export function refocus(container, key, job) {
   }
 }
 
-/** The store's progress bar names ("download", "verify model", "unpack x.gguf", "import x.gguf") in plain words. */
-function phaseText(phase) {
-  const word = (phase || "").split(" ")[0];
-  if (word === "download") return t("models.phase_download");
-  if (word === "verify" || word === "check") return t("models.phase_check");
+/**
+ * The store's progress bar names ("download <file>", "verify <file>", "verify model", "unpack x.gguf",
+ * "import x.gguf", "pair draft.gguf") in plain words; `entry` (the catalog entry of a pull) tells
+ * the draft's file from the model's.
+ */
+function phaseText(job, entry) {
+  const [word, ...rest] = (job.phase || "").split(" ");
+  const file = rest.join(" ");
+  const isDraft = !!file && file === entry?.draft?.file;
+  if (word === "download") {
+    if (!file) return t("models.phase_download");
+    return isDraft ? t("models.phase_download_draft") : t("models.phase_download_model");
+  }
+  if (word === "verify" || word === "check") return isDraft ? t("models.phase_check_draft") : t("models.phase_check");
   if (word === "unpack") return t("models.phase_unpack");
   if (word === "import") return t("models.phase_copy");
-  if (word === "pair") return t("models.phase_copy_draft");
+  if (word === "pair") return job.kind === "pull" ? t("models.phase_pair") : t("models.phase_copy_draft");
   return t("models.phase_working");
 }

@@ -1,0 +1,66 @@
+// What this computer can run, in plain words, from GET /v1/store/models (`hardware` and each
+// catalog entry's `fits`, `recommended`, `cpu`): the one sentence that names the model to
+// suggest ("Your NVIDIA GeForce RTX 4090 (24 GB) can run … : 16.5 GB download."), the calm
+// line a computer without a usable graphics card gets instead, and each card's fit words.
+// Shared by the Models page and the chat page's first-run notice, so both say the same.
+// Functions only: no requests, no state; engine/tiers.py decides what fits.
+
+import { formatBytes } from "./dom.js";
+import { formatList, formatNumber, t } from "./i18n.js";
+
+const GIB = 2 ** 30;
+
+/** A graphics card's or a Mac's memory as it is sold: 25769803776 bytes -> "24 GB" (GiB, whole). */
+export function memoryText(bytes) {
+  return `${formatNumber(Math.round((bytes || 0) / GIB))} GB`;
+}
+
+/** "Mac" for Apple's unified memory (its name is the chip's, "Apple M3 Max"), else the card's own name ("" if none). */
+export function deviceText(hw) {
+  if (hw.kind === "unified" && (!hw.name || /apple/i.test(hw.name))) return "Mac";
+  return hw.name || "";
+}
+
+/** "Qwen3.8-27B (UD-Q4_K_S) with its DFlash 2 draft": the title and, when it has one, its draft. */
+export function modelWithDraft(entry) {
+  const title = entry.title || entry.name;
+  const kind = entry.has_draft ? entry.draft?.kind : null;
+  if (kind === "dflash2") return t("models.tier_with_dflash2", { title });
+  if (kind === "dflash1") return t("models.tier_with_dflash1", { title });
+  return title;
+}
+
+/**
+ * The tier sentence for a /v1/store/models answer: {text, entry} where entry is the recommended
+ * catalog entry (null when there is none), or null when the answer says nothing about hardware.
+ */
+export function tierSentence(body) {
+  const hw = body?.hardware;
+  const catalog = body?.catalog || [];
+  if (!hw) return null;
+  const standard = catalog.find((c) => c.name === body.default);
+  const standardTitle = standard?.title || body.default || "SmolLM2";
+  if (hw.kind === "cpu") {
+    const others = catalog.filter((c) => c.cpu && c.fits && c.name !== body.default).map((c) => c.title || c.name);
+    const lines = [t("models.tier_cpu", { default: standardTitle })];
+    if (others.length) lines.push(t("models.tier_cpu_more", { models: formatList(others) }));
+    return { text: lines.join(" "), entry: null };
+  }
+  const entry = catalog.find((c) => c.recommended) || null;
+  const device = deviceText(hw);
+  const memory = memoryText(hw.memory_bytes);
+  if (!entry) return { text: t("models.tier_none", { device: device || "GPU", memory, default: standardTitle }), entry: null };
+  const vars = { device, memory, model: modelWithDraft(entry), size: formatBytes(entry.download_bytes ?? entry.size) };
+  return { text: t(device ? "models.tier_gpu" : "models.tier_gpu_unnamed", vars), entry };
+}
+
+/** One catalog card's "does it fit here" words and whether it fits: {text, fits}; null when not known. */
+export function fitText(entry, hw) {
+  const kind = hw?.kind;
+  if (typeof entry.fits !== "boolean") return null; // a server older than the hardware tiers
+  if (kind === "cpu" && !entry.cpu) return { text: t("models.fit_needs_gpu"), fits: false };
+  if (!entry.fits) return { text: t("models.fit_no"), fits: false };
+  if (kind === "gpu") return { text: t("models.fit_gpu"), fits: true };
+  if (kind === "unified") return { text: t("models.fit_unified"), fits: true };
+  return { text: t("models.fit_cpu"), fits: true };
+}
