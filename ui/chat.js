@@ -7,6 +7,7 @@ import { ApiError, del, get, patch, post } from "./api.js";
 import { activeGeneration, generate, stopGeneration } from "./chat_generation.js";
 import { clean, rememberDefaults, savedDefaults, settingsPanel, switchModel } from "./chat_settings.js";
 import { detailsButton, summaryText } from "./chat_stats.js";
+import { tierNotice } from "./chat_tier_notice.js";
 import { clear, confirmDialog, copyText, h } from "./dom.js";
 import { errorText, language, t } from "./i18n.js";
 import { renderInto, renderMarkdown } from "./markdown.js";
@@ -25,12 +26,15 @@ class ChatPage {
     this.conversation = null; // {id, title, settings, messages}
     this.settings = savedDefaults();
     this.search = "";
+    this.aborter = new AbortController();
     this.build(root);
     this.offHealth = ctx.onHealth(() => this.updateComposer());
     this.loadList();
+    this.showTierNotice();
   }
 
   unmount() {
+    this.aborter.abort();
     this.offHealth();
     this.detach?.();
   }
@@ -79,14 +83,22 @@ class ChatPage {
     const composer = h("form", { class: "composer", onsubmit: (e) => { e.preventDefault(); this.send(); } },
       h("label", { for: "chat-input", class: "visually-hidden" }, t("chat.input_label")),
       this.input, h("div", { class: "composer-actions" }, this.stopButton, this.sendButton), this.composerNote);
+    this.noticeSlot = h("div", { class: "chat-notice-slot" });
     this.main = h("section", { class: "chat-main" },
-      h("div", { class: "chat-toolbar" }, this.sidebarToggle, this.title, this.settingsToggle), this.messages, composer);
+      h("div", { class: "chat-toolbar" }, this.sidebarToggle, this.title, this.settingsToggle), this.noticeSlot,
+      this.messages, composer);
     this.settingsBox = h("aside", { id: "chat-settings", class: "chat-settings", hidden: true });
     this.layout = h("div", { class: "chat-layout" }, this.sidebar, this.main, this.settingsBox);
     root.append(this.layout);
     root.addEventListener("keydown", (e) => {
       if (e.key === "Escape" && activeGeneration()) stopGeneration();
     });
+  }
+
+  /** "This computer can run a stronger model" (chat_tier_notice.js), when it has something to say. */
+  async showTierNotice() {
+    const box = await tierNotice({ navigate: this.ctx.navigate, signal: this.aborter.signal });
+    if (box && !this.aborter.signal.aborted) clear(this.noticeSlot, box);
   }
 
   toggleSettings(force) {
