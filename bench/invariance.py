@@ -46,7 +46,7 @@ def run(eng: Engine, prompts: list[dict], spec: SpecParams, max_tokens: int, par
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--draft", help="a DFlash 2 draft GGUF (default: a random one)")
+    ap.add_argument("--draft", help="a DFlash draft GGUF, 2 or v1 (default: a random DFlash 2 one)")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--blocks", default="2,4,8")
     ap.add_argument("--selectors", default=",".join(SELECTORS))

@@ -53,8 +53,8 @@ class EngineConfig:
     spec_mode: str = "auto"  # default for requests that do not say (SpecParams.mode)
     spec_block: int = 8  # the largest B the chooser may pick (or B itself for a fixed block)
     cost_cache: str | None = None  # JSON file for this machine's measured verify-cost curve
-    draft: str | None = None  # a DFlash 2 draft GGUF for this model: enables mode "dflash"
-    selector: str = "walk"  # default DFlash 2 path selector
+    draft: str | None = None  # a DFlash draft GGUF (2 or v1) for this model: enables mode "dflash"
+    selector: str = "walk"  # default path selector through a DFlash 2 lattice (a v1 draft has none)
     # Speculate even where verify rows are not bit-identical to single-token decodes (CUDA):
     # the output then follows the target's batched numerics, not plain decoding bit for bit.
     spec_inexact: bool = False
@@ -122,7 +122,7 @@ class Engine:
     # -- caller side -----------------------------------------------------------------
 
     def _load_draft(self, path: str) -> None:
-        """Pair a DFlash 2 draft; a draft that does not fit is refused and the engine runs without it."""
+        """Pair a DFlash draft (2 or v1); a draft that does not fit is refused and the engine runs without it."""
         try:
             drafter = DFlashDrafter(path, self.model, verbose=self.config.verbose)
         except EngineError as e:

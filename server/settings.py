@@ -54,11 +54,11 @@ class Settings(BaseSettings):
                                        description="extra browser origin allowed to call the API (repeatable)")
     max_body_bytes: int = Field(8 << 20, ge=1024, description="largest request body accepted")
     verbose: bool = Field(ENGINE_DEFAULTS.verbose, description="print llama.cpp's own log")
-    draft: str = Field("auto", description="DFlash 2 draft: auto (the model's paired draft), none, or a path")
+    draft: str = Field("auto", description="DFlash draft (2 or v1): auto (the model's paired draft), none, or a path")
     speculative: Mode = Field(ENGINE_DEFAULTS.spec_mode,
                               description="default speculation for requests that do not ask "
                                           "(auto: only where it is measured to be faster)")
-    selector: Selector = Field(ENGINE_DEFAULTS.selector, description="DFlash 2 path selector")
+    selector: Selector = Field(ENGINE_DEFAULTS.selector, description="DFlash 2 path selector (v1 drafts: top-1)")
     spec_block: int = Field(ENGINE_DEFAULTS.spec_block, ge=2, le=MAX_BLOCK, json_schema_extra={"flag": "block"},
                             description="largest speculative block B (anchor + drafted tokens)")
     allow_inexact_speculation: bool = Field(

@@ -4,7 +4,7 @@ server publishes about speculation, in one spelling for GET /health and GET /v1/
 The names (modes, selectors, the largest block) are engine/speculative/params.py's: the
 settings, the request schemas and the CLI take their types from here, and the UI builds its
 choices from `names()` in /health instead of keeping its own list. Once a model is loaded,
-the engine's facts join them: the drafters it has, its default mode, and whether
+the engine's facts join them: the drafters it has (and the DFlash draft's kind), its default mode, and whether
 speculation is exact on this backend (`exact`, the reason in `exact_why`) and on (`enabled`),
 and on a banded GPU build the most verify rows it stays exact for (`max_rows`; null: any).
 
@@ -33,6 +33,13 @@ def facts(engine: Engine) -> dict:
     return names() | {
         "drafters": sorted(engine.drafters), "default": engine.config.spec_mode,
         "exact": engine.spec_exact, "exact_why": engine.spec_exact_why, "enabled": engine.spec_enabled,
-        "max_rows": engine.max_rows,
+        "max_rows": engine.max_rows, "draft": _draft(engine),
         "draft_error": engine.draft_error, "cost_curve": engine.cost_curve,
     }
+
+
+def _draft(engine: Engine) -> dict | None:
+    """The paired DFlash draft's kind ("dflash2" | "dflash1"), block size and candidates per slot (0 for v1)."""
+    d = engine.drafters.get("dflash")
+    info = getattr(d, "info", None)
+    return None if info is None else {"kind": info.kind, "block_size": info.block_size, "top_k": info.top_k}

@@ -70,7 +70,7 @@ def test_the_shipped_draft_is_paired_by_default_and_lossless(server, client):
     """`flashdesk pull smollm2` pairs the draft flashdesk ships; `serve` loads it (draft auto)."""
     assert CATALOG["smollm2"].draft_file is not None, "flashdesk ships a trained draft for its default model"
     h = httpx.get(f"{server.base}/health").json()["speculation"]
-    assert "dflash" in h["drafters"]
+    assert "dflash" in h["drafters"] and h["draft"] == {"kind": "dflash2", "block_size": 8, "top_k": 16}
     kw = dict(model="smollm2", messages=MSG, temperature=0, max_tokens=40)
     plain = client.chat.completions.create(**kw, extra_body={"speculative": {"mode": "off"}})
     for sel in ("walk", "dp"):
