@@ -15,10 +15,10 @@ export function memoryText(bytes) {
   return `${formatNumber(Math.round((bytes || 0) / GIB))} GB`;
 }
 
-/** "Mac" for Apple's unified memory (its name is the chip's, "Apple M3 Max"), else the card's own name ("" if none). */
+/** "Mac" for Apple's unified memory (its name is the chip's, "Apple M3 Max"), else the card's own name. */
 export function deviceText(hw) {
   if (hw.kind === "unified" && (!hw.name || /apple/i.test(hw.name))) return "Mac";
-  return hw.name || "";
+  return hw.name || "GPU"; // a driver that names no card: the word on the box, in either language
 }
 
 /** "Qwen3.8-27B (UD-Q4_K_S) with its DFlash 2 draft": the title and, when it has one, its draft. */
@@ -49,9 +49,9 @@ export function tierSentence(body) {
   const entry = catalog.find((c) => c.recommended) || null;
   const device = deviceText(hw);
   const memory = memoryText(hw.memory_bytes);
-  if (!entry) return { text: t("models.tier_none", { device: device || "GPU", memory, default: standardTitle }), entry: null };
+  if (!entry) return { text: t("models.tier_none", { device, memory, default: standardTitle }), entry: null };
   const vars = { device, memory, model: modelWithDraft(entry), size: formatBytes(entry.download_bytes ?? entry.size) };
-  return { text: t(device ? "models.tier_gpu" : "models.tier_gpu_unnamed", vars), entry };
+  return { text: t(entry.installed ? "models.tier_gpu_installed" : "models.tier_gpu", vars), entry };
 }
 
 /** One catalog card's "does it fit here" words and whether it fits: {text, fits}; null when not known. */

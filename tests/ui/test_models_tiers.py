@@ -37,14 +37,16 @@ WORDS = {  # what the page says beside the sentence, per language
 }
 
 
-def as_machine(tab, hardware: dict) -> None:
-    """Answer GET /v1/store/models as the real server would on `hardware`, recommending the flagship."""
+def as_machine(tab, hardware: dict, installed: bool = False) -> None:
+    """Answer GET /v1/store/models as the real server would on `hardware`, recommending the flagship
+    (`installed`: as if it were installed already)."""
     def answer(route):
         body = route.fetch().json()
         body["hardware"] = hardware
         for c in body["catalog"]:
             c["fits"] = c["memory_bytes"] <= hardware["budget_bytes"]
             c["recommended"] = c["name"] == FLAGSHIP
+            c["installed"] = c["installed"] or installed and c["name"] == FLAGSHIP
         route.fulfill(json=body)
 
     tab.page.route("**/v1/store/models", answer)
@@ -99,6 +101,18 @@ def test_the_tier_sentence_names_the_model_and_the_chat_page_leads_to_it(browser
     finally:
         tab.close()
     assert not tab.blocked and not [e for e in tab.errors if "Failed to load resource" not in e], tab.errors
+
+
+def test_once_the_recommended_model_is_installed_the_chat_page_says_nothing(tab):
+    as_machine(tab, RTX_4090, installed=True)
+    page = tab.open("#/models")
+    expect(page.locator(".tier-line")).to_have_text(
+        "Your NVIDIA GeForce RTX 4090 (24 GB) can run Qwen3.8-27B (UD-Q4_K_S) with its DFlash 2 draft, "
+        "and it is installed.")
+    with page.expect_response("**/v1/store/models"):
+        page = tab.open("#/chat")
+    page.wait_for_timeout(300)
+    expect(page.locator(".tier-notice")).to_have_count(0)
 
 
 def test_a_cpu_only_computer_gets_no_recommendation(tab):
