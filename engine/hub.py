@@ -206,6 +206,9 @@ def _explain(e: Exception, f: HubFile) -> Exception:
     if isinstance(e, hf_errors.HfHubHTTPError):
         return DownloadError(f"{where} answered {_status(e) or 'an error'} for {f.file}: {_short(e)}. HINT: the Hub "
                              f"or your mirror may be down; try again later. {again}")
+    if _transport_error(e) and type(e).__name__ in ("ConnectError", "ConnectTimeout"):
+        return DownloadError(f"cannot reach {endpoint()} for {f.file} ({_short(e)}). HINT: check the internet "
+                             "connection (or set HF_ENDPOINT to your mirror), then pull again.")
     if _transport_error(e):
         return DownloadError(f"the connection to {endpoint()} broke while downloading {f.file} ({_short(e)}). "
                              f"HINT: {again}")

@@ -233,6 +233,14 @@ def test_a_dead_upstream_is_an_error_not_a_hang(hub_env, files, tmp_path):
     assert installed(home) == []
 
 
+def test_an_unreachable_endpoint_says_so(files, tmp_path, monkeypatch, hub_env):
+    home = tmp_path / "home"
+    catalog_entry(home, "tiny", target_pin(hub_env, files))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:1")  # nothing listens on port 1
+    with pytest.raises(DownloadError, match="cannot reach http://127.0.0.1:1 .*HF_ENDPOINT"):
+        ModelStore(home).pull("tiny", progress=no_progress)
+
+
 def test_offline_mode_says_so(hub_env, files, tmp_path, monkeypatch):
     home = tmp_path / "home"
     catalog_entry(home, "tiny", target_pin(hub_env, files))
