@@ -120,6 +120,7 @@ class CatalogEntry:
     cpu: bool = False  # fast enough to offer without a usable graphics card
     rank: int = 0  # among the models that fit, which to recommend first (higher first)
     source: str = "builtin"  # "builtin" | "user:<file>"
+    summaries: dict = field(default_factory=dict)  # the summary in other UI languages ("zh-TW": ...)
 
     @property
     def filename(self) -> str:
@@ -204,7 +205,8 @@ def parse(data, source: str) -> list[CatalogEntry]:
                               d.get("shipped", {}).get("file", ""), d.get("shipped", {}).get("license", ""))
         out.append(CatalogEntry(m["name"], m["title"], target, m["kv_bytes_per_token"], m.get("summary", ""),
                                 m.get("architecture", ""), draft, dict(m.get("chat_template", {})),
-                                bool(m.get("cpu", False)), int(m.get("rank", 0)), source))
+                                bool(m.get("cpu", False)), int(m.get("rank", 0)), source,
+                                dict(m.get("summaries", {}))))
     return out
 
 

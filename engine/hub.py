@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
+from huggingface_hub import constants as hf_constants
 from huggingface_hub import errors as hf_errors
 from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import build_hf_headers
@@ -32,6 +33,7 @@ from .catalog import HubFile
 from .errors import Cancelled, DownloadError, HubAccessDenied, NotEnoughDisk
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
+CHUNK = 1 << 20  # progress, cancel and resume granularity of a transfer
 PART = ".part"  # an unfinished download, beside where the finished file will be
 DISK_MARGIN = 1 << 30  # keep 1 GiB free beyond the download: a full disk breaks more than the download
 
@@ -123,6 +125,9 @@ def download(f: HubFile, folder: Path, *, progress: ProgressFactory, token: str 
         if urlsplit(meta.location).netloc != urlsplit(url).netloc:
             headers.pop("authorization", None)  # a signed CDN URL: the token stays with the Hub (as the client does)
         part = folder / (f.file + PART)
+        # http_get reads (and reports progress, and so lets a cancel in) in pieces of this size, read at
+        # call time; its 10 MiB default would let a slow link keep "cancelling" for many seconds.
+        hf_constants.DOWNLOAD_CHUNK_SIZE = min(hf_constants.DOWNLOAD_CHUNK_SIZE, CHUNK)
         with open(part, "ab") as out:
             http_get(meta.location, out, resume_size=out.tell(), headers=headers, expected_size=f.size,
                      displayed_filename=f.file, tqdm_class=_bar_class(progress, f))

@@ -223,7 +223,7 @@ class ModelStore:
         _check(src)
         target = Model(m.path, n_gpu_layers=0)
         try:
-            inspect_draft(str(src), target)  # raises a clear refusal for a draft that does not fit
+            kind = inspect_draft(str(src), target).kind  # raises a clear refusal for a draft that does not fit
         finally:
             target.close()
         folder = self.models_dir / name
@@ -235,7 +235,8 @@ class ModelStore:
                 _copy(fi, tmp, src.stat().st_size, f"pair {src.name}", progress)
         os.replace(tmp, folder / "draft.gguf")
         choice = {"draft_choice": "user"} if source == "user" else {}
-        self._write_manifest(folder, {**self.manifest(folder), "draft": "draft.gguf", "draft_source": source,
+        self._write_manifest(folder, {**self.manifest(folder), "draft": "draft.gguf", "draft_kind": kind,
+                                      "draft_source": source,
                                       **choice})
         return self.get(name)
 

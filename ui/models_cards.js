@@ -105,9 +105,11 @@ function sourceText(source = "") {
   return source || t("models.unknown");
 }
 
+const KIND_NAMES = { dflash2: "DFlash 2", dflash1: "DFlash v1" }; // names of the method: the same in every language
+
 function draftSourceText(draft) {
   const src = draft.source || "";
-  if (src.startsWith("shipped:")) return t("models.draft_shipped");
-  if (src.startsWith("hub:")) return t("models.draft_hub");
-  return t("models.draft_user", { file: draft.file });
+  const where = src.startsWith("shipped:") ? t("models.draft_shipped")
+    : src.startsWith("hub:") ? t("models.draft_hub") : t("models.draft_user", { file: draft.file });
+  return KIND_NAMES[draft.kind] ? `${KIND_NAMES[draft.kind]} · ${where}` : where;
 }

@@ -8,7 +8,7 @@
 // that build DOM from the page's state (models.js); the button calls page.pull(name).
 
 import { formatBytes, h } from "./dom.js";
-import { t } from "./i18n.js";
+import { language, t } from "./i18n.js";
 import { newId } from "./models_common.js";
 import { fitText, tierSentence } from "./models_tier.js";
 
@@ -82,7 +82,7 @@ function catalogCard(page, c, busy, hw) {
     own ? h("span", { class: "badge catalog-own", title: c.source.slice(5) }, t("models.own_entry")) : null,
     c.installed ? h("span", { class: "badge ok" }, t("models.installed_badge")) : null),
   c.target ? h("p", { class: "hint catalog-from" }, sourceWords(c)) : null,
-  c.summary ? h("p", { class: "catalog-summary" }, c.summary) : null,
+  c.summary ? h("p", { class: "catalog-summary" }, c.summaries?.[language()] || c.summary) : null,
   fit ? h("p", { class: `catalog-fit ${fit.fits ? "fit-yes" : "fit-no"}` }, fit.text) : null,
   h("dl", { class: "facts" }, facts.filter(Boolean).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
   tracker ? tracker.el : null,

@@ -48,7 +48,9 @@ export function tierSentence(body) {
   }
   const entry = catalog.find((c) => c.recommended) || null;
   const device = deviceText(hw);
-  const memory = memoryText(hw.memory_bytes);
+  // A Mac's models share its memory: fit is judged on Metal's working set (memory_bytes, ~3/4 of
+  // the RAM), but a person knows their Mac by the memory it was sold with (ram_bytes).
+  const memory = memoryText(hw.kind === "unified" && hw.ram_bytes ? hw.ram_bytes : hw.memory_bytes);
   if (!entry) return { text: t("models.tier_none", { device, memory, default: standardTitle }), entry: null };
   const vars = { device, memory, model: modelWithDraft(entry), size: formatBytes(entry.download_bytes ?? entry.size) };
   return { text: t(entry.installed ? "models.tier_gpu_installed" : "models.tier_gpu", vars), entry };

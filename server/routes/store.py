@@ -75,7 +75,8 @@ def _local_file(path: str, param: str) -> str:
 
 
 def model_json(store: ModelStore, m: InstalledModel, rt: Runtime) -> dict:
-    draft = {"file": m.draft, "source": store.draft_source(m)} if m.draft else None
+    draft = {"file": m.draft, "source": store.draft_source(m), "kind": store.manifest(Path(m.path).parent).get(
+        "draft_kind")} if m.draft else None
     return {"name": m.name, "object": "store.model", "file": m.file, "size": m.size,
             "architecture": m.architecture, "source": m.source, "added": m.added, "sha256": m.sha256,
             "draft": draft, "serving": rt.status == "ready" and rt.in_use(m.name),
@@ -100,7 +101,8 @@ def catalog_json(e: CatalogEntry, offer: tiers.Offer, installed: dict[str, Insta
         "kind": d.kind, "block_size": d.block_size, "n_draft": d.n_draft, "license": d.license, "size": d.size,
         **(_file_json(d.hub) if d.hub else {"source": "shipped", "file": d.shipped})}
     m = installed.get(e.name)
-    return {"name": e.name, "title": e.title, "summary": e.summary, "architecture": e.architecture,
+    return {"name": e.name, "title": e.title, "summary": e.summary, "summaries": e.summaries,
+            "architecture": e.architecture,
             "license": e.license, "target": _file_json(e.target), "draft": draft,
             "size": e.download_bytes, "download_bytes": offer.download_bytes, "memory_bytes": offer.memory_bytes,
             "fits": offer.fits, "recommended": offer.recommended, "cpu": e.cpu, "source": e.source,
@@ -109,7 +111,10 @@ def catalog_json(e: CatalogEntry, offer: tiers.Offer, installed: dict[str, Insta
 
 
 def machine_json(here: tiers.Machine) -> dict:
-    return {"kind": here.kind, "name": here.name, "memory_bytes": here.memory_bytes, "budget_bytes": here.budget}
+    """`memory_bytes` is what models compete for (a Mac: Metal's working set, about 3/4 of the RAM);
+    `ram_bytes` the computer's memory as sold, for the sentence a person reads."""
+    return {"kind": here.kind, "name": here.name, "memory_bytes": here.memory_bytes, "budget_bytes": here.budget,
+            "ram_bytes": hardware.memory_bytes()}
 
 
 @router.get("/models")

@@ -27,8 +27,8 @@ from engine.speculative.params import SpecParams
 from engine.store import ModelStore, no_progress
 
 REPO, DRAFT_REPO, GATED = "tiny-org/Tiny-GGUF", "tiny-org/Tiny-DFlash2-GGUF", "gated-org/Tiny-GGUF"
-BIG = "tiny-org/Tiny-F32-GGUF"  # a target of 12.6 MB: huggingface_hub writes 10 MiB pieces, resumes at their ends
-PIECE = 10 * 1024 * 1024
+BIG = "tiny-org/Tiny-F32-GGUF"  # a 12.6 MB target: a transfer of several pieces (hub.CHUNK), killed in the middle
+PIECE = 10 * hub.CHUNK  # the transfer writes whole pieces, so a resume starts at a multiple of hub.CHUNK
 TOKEN = "hf_right_token"
 
 
@@ -252,7 +252,7 @@ def test_offline_mode_says_so(hub_env, files, tmp_path, monkeypatch):
 def test_cancel_stops_the_download_and_leaves_nothing(hub_env, files, tmp_path):
     home = tmp_path / "home"
     catalog_entry(home, "tiny", target_pin(hub_env, files, repo=BIG), draft_pin(hub_env, files, "dflash1"))
-    hub_env.throttle(files["big"].stat().st_size // 3)  # the first 10 MiB piece comes after ~2.5 s
+    hub_env.throttle(files["big"].stat().st_size // 3)  # ~4 s for the file: the cancel comes in the middle
     cancel, seen = threading.Event(), []
 
     def progress(desc, total):

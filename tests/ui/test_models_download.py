@@ -105,14 +105,14 @@ def test_download_shows_progress_and_pairs_the_draft(hub_tab, hub_server):
     assert seen["progress"] and "Downloading the model…" in seen["phases"], seen
     expect(tiny.locator(".badge", has_text="Installed")).to_be_visible()
     model = card(page, "tiny")
-    expect(model.locator(".facts")).to_contain_text("Speed-up draftPaired downloaded with the model")
+    expect(model.locator(".facts")).to_contain_text("Speed-up draftPaired DFlash 2 · downloaded with the model")
     assert "tiny" in installed(hub_server)
 
 
 def test_cancel_stops_a_download_and_installs_nothing(hub_tab, hub_server):
     page = hub_tab.open("#/models")
     big = catalog_card(page, "tiny-big")
-    # 12.6 MB at 2 MB/s: huggingface_hub reports (and the store checks the cancel) after its first 10 MiB.
+    # 12.6 MB at 2 MB/s: progress (and so the cancel) comes every piece of engine/hub.py's CHUNK (1 MiB).
     hub_server.hub.throttle(2_000_000)
     big.get_by_role("button", name="Download", exact=True).click()
     job = big.locator('.job[data-job="pull:tiny-big"]')

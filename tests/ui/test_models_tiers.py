@@ -18,16 +18,18 @@ from tests.ui.browser import Page
 
 RTX_4090 = {"kind": "gpu", "name": "NVIDIA GeForce RTX 4090", "memory_bytes": 25769803776,
             "budget_bytes": 25769803776 - (1 << 30)}
-MAC = {"kind": "unified", "name": "Apple M4 Pro", "memory_bytes": 48 << 30, "budget_bytes": 48 << 30}
+# a 64 GB Mac: Metal lets one program use about 3/4 of it (memory_bytes), the sentence says what it was sold with
+MAC = {"kind": "unified", "name": "Apple M4 Pro", "memory_bytes": 48 << 30, "budget_bytes": 48 << 30,
+       "ram_bytes": 64 << 30}
 FLAGSHIP = "qwen3.8-27b"
 
 SENTENCES = {
     ("en-US", "gpu"): "Your NVIDIA GeForce RTX 4090 (24 GB) can run Qwen3.8-27B (UD-Q4_K_S) with its DFlash 2 draft: "
                       "16.5 GB download.",
-    ("en-US", "mac"): "Your Mac (48 GB) can run Qwen3.8-27B (UD-Q4_K_S) with its DFlash 2 draft: 16.5 GB download.",
+    ("en-US", "mac"): "Your Mac (64 GB) can run Qwen3.8-27B (UD-Q4_K_S) with its DFlash 2 draft: 16.5 GB download.",
     ("zh-TW", "gpu"): "您的 NVIDIA GeForce RTX 4090（24 GB）可以執行 Qwen3.8-27B (UD-Q4_K_S) 及其 DFlash 2 輔助模型，"
                       "下載大小為 16.5 GB。",
-    ("zh-TW", "mac"): "您的 Mac（48 GB）可以執行 Qwen3.8-27B (UD-Q4_K_S) 及其 DFlash 2 輔助模型，下載大小為 16.5 GB。",
+    ("zh-TW", "mac"): "您的 Mac（64 GB）可以執行 Qwen3.8-27B (UD-Q4_K_S) 及其 DFlash 2 輔助模型，下載大小為 16.5 GB。",
 }
 WORDS = {  # what the page says beside the sentence, per language
     "en-US": {"badge": "Recommended for this computer", "fits": "Fits your graphics card", "fits_mac":
@@ -72,6 +74,9 @@ def test_the_tier_sentence_names_the_model_and_the_chat_page_leads_to_it(browser
             expect(first.get_by_role("button", name="Download 16.5 GB")).to_be_enabled()
             expect(first).to_contain_text("from unsloth/Qwen3.8-27B-GGUF")
             expect(first).to_contain_text("the draft from z-lab/Qwen3.8-27B-DFlash2-GGUF")
+        else:  # the catalog's own zh-TW summary, not the English one
+            zh_summary = "24 GB 顯示卡（RTX 4090）或 32 GB Mac 上能力最強的模型。"
+            expect(first.locator(".catalog-summary")).to_have_text(zh_summary)
         tab.shot(f"models-tier-{machine}-{locale}")
 
         # The chat page: the same sentence once, and a button to the card (which downloads nothing).
