@@ -18,9 +18,8 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from urllib.parse import urlsplit
 from pathlib import Path
-from typing import Callable
+from urllib.parse import urlsplit
 
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
 from huggingface_hub import constants as hf_constants
@@ -31,14 +30,12 @@ from tqdm.auto import tqdm
 
 from .catalog import HubFile
 from .errors import Cancelled, DownloadError, HubAccessDenied, NotEnoughDisk
+from .store import ProgressFactory
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 CHUNK = 1 << 20  # progress, cancel and resume granularity of a transfer
 PART = ".part"  # an unfinished download, beside where the finished file will be
 DISK_MARGIN = 1 << 30  # keep 1 GiB free beyond the download: a full disk breaks more than the download
-
-# progress(description, total_bytes) -> object with .update(n) and .close() (engine.store.ProgressFactory)
-ProgressFactory = Callable[[str, int], object]
 
 
 def endpoint() -> str:
@@ -114,17 +111,17 @@ def download(f: HubFile, folder: Path, *, progress: ProgressFactory, token: str 
     if done.is_file() and done.stat().st_size == f.size:
         return done
     if offline():
-        raise DownloadError(f"{f.file} is not downloaded yet and offline mode is on (HF_HUB_OFFLINE). HINT: unset "
-                            "HF_HUB_OFFLINE on a machine with internet access, or copy the file here and use "
-                            "`flashdesk import`.")
+        raise _offline(f)
     folder.mkdir(parents=True, exist_ok=True)
+    part = folder / (f.file + PART)
+    if part.is_file() and part.stat().st_size > f.size:
+        part.unlink()  # longer than the file can be: not a part of it
     url = hf_hub_url(f.repo, f.file, revision=f.revision, endpoint=endpoint())
     try:
         meta = get_hf_file_metadata(url, token=token, endpoint=endpoint())
         headers = build_hf_headers(token=token)
         if urlsplit(meta.location).netloc != urlsplit(url).netloc:
             headers.pop("authorization", None)  # a signed CDN URL: the token stays with the Hub (as the client does)
-        part = folder / (f.file + PART)
         # http_get reads (and reports progress, and so lets a cancel in) in pieces of this size, read at
         # call time; its 10 MiB default would let a slow link keep "cancelling" for many seconds.
         hf_constants.DOWNLOAD_CHUNK_SIZE = min(hf_constants.DOWNLOAD_CHUNK_SIZE, CHUNK)
@@ -180,7 +177,7 @@ def _explain(e: Exception, f: HubFile) -> Exception:
     again = "Run the pull again: it continues where it stopped."
     if isinstance(e, Cancelled | DownloadError):
         return e
-    if isinstance(e, hf_errors.GatedRepoError) or _status(e) == 403:
+    if isinstance(e, hf_errors.GatedRepoError):
         page = f"https://huggingface.co/{f.repo}"
         if _status(e) == 403:
             return HubAccessDenied(f"{where} refused your token (403): it has no access to this gated repository. "
@@ -202,18 +199,12 @@ def _explain(e: Exception, f: HubFile) -> Exception:
         return DownloadError(f"{where} has no file {f.file} at commit {f.revision[:12]}. HINT: the catalog entry is "
                              "out of date; update flashdesk or fix your catalog file.")
     if isinstance(e, hf_errors.LocalEntryNotFoundError | hf_errors.OfflineModeIsEnabled):
-        if offline():
-            return DownloadError(f"{f.file} is not downloaded yet and offline mode is on (HF_HUB_OFFLINE). HINT: "
-                                 "unset HF_HUB_OFFLINE on a machine with internet access, or copy the file here and "
-                                 "use `flashdesk import`.")
-        return DownloadError(f"cannot reach {endpoint()} for {f.file} ({_cause(e)}). HINT: check the internet "
-                             f"connection (or set HF_ENDPOINT to your mirror). {again}")
+        return _offline(f) if offline() else _unreachable(f, _cause(e))
     if isinstance(e, hf_errors.HfHubHTTPError):
         return DownloadError(f"{where} answered {_status(e) or 'an error'} for {f.file}: {_short(e)}. HINT: the Hub "
                              f"or your mirror may be down; try again later. {again}")
     if _transport_error(e) and type(e).__name__ in ("ConnectError", "ConnectTimeout"):
-        return DownloadError(f"cannot reach {endpoint()} for {f.file} ({_short(e)}). HINT: check the internet "
-                             "connection (or set HF_ENDPOINT to your mirror), then pull again.")
+        return _unreachable(f, _short(e))
     if _transport_error(e):
         return DownloadError(f"the connection to {endpoint()} broke while downloading {f.file} ({_short(e)}). "
                              f"HINT: {again}")
@@ -224,6 +215,17 @@ def _explain(e: Exception, f: HubFile) -> Exception:
         return DownloadError(f"could not write {f.file}: {e.strerror or e}. HINT: check that the flashdesk folder "
                              "is writable.")
     return DownloadError(f"downloading {f.file} from {where} failed: {type(e).__name__}: {_short(e)}")
+
+
+def _offline(f: HubFile) -> DownloadError:
+    return DownloadError(f"{f.file} is not downloaded yet and offline mode is on (HF_HUB_OFFLINE). HINT: unset "
+                         "HF_HUB_OFFLINE on a machine with internet access, or copy the file here and use "
+                         "`flashdesk import`.")
+
+
+def _unreachable(f: HubFile, why: str) -> DownloadError:
+    return DownloadError(f"cannot reach {endpoint()} for {f.file} ({why}). HINT: check the internet connection "
+                         "(or set HF_ENDPOINT to your mirror), then pull again.")
 
 
 def _transport_error(e: Exception) -> bool:

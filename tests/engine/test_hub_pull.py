@@ -8,6 +8,7 @@ speculation through the pulled pair, served the way `flashdesk serve` loads it, 
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -201,6 +202,30 @@ def test_too_little_free_disk_is_refused_before_starting(hub_env, files, tmp_pat
         ModelStore(home).pull("tiny", progress=no_progress)
     assert "FLASHDESK_HOME" in info.value.message
     assert hub_env.requests[n:] == [] and installed(home) == []
+
+
+def _file_size_limit(limit: int):
+    """For a child process: files it writes stop growing at `limit` bytes (EFBIG, as on a full disk)."""
+    def apply():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an error from write(), not a killed process
+    return apply
+
+
+def test_a_disk_that_fills_up_mid_download_says_so_and_the_next_pull_continues(hub_env, files, tmp_path):
+    home = tmp_path / "home"
+    catalog_entry(home, "tiny", target_pin(hub_env, files, repo=BIG))
+    pin = ModelStore(home).catalog().get("tiny").target
+    out = subprocess.run([sys.executable, "-m", "server.cli", "--home", str(home), "pull", "tiny"],
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
+                         preexec_fn=_file_size_limit(5 * hub.CHUNK))
+    assert out.returncode == 2 and "the disk filled up while downloading Tiny-F32.gguf" in out.stderr, out.stderr
+    assert "free up space" in out.stderr and not (home / "models" / "tiny").exists()
+    kept = hub.partial_path(home / "downloads" / "tiny", pin).stat().st_size
+    assert kept == 5 * hub.CHUNK  # what fitted is kept...
+    n = len(hub_env.requests)
+    assert ModelStore(home).pull("tiny", progress=no_progress).sha256 == pin.sha256  # ...and continued from
+    assert [r.range for r in hub_env.requests[n:] if r.method == "GET" and r.range] == [f"bytes={kept}-"]
 
 
 def test_gated_and_missing_repositories_say_what_to_do(hub_env, files, tmp_path, monkeypatch):
