@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import hub
 from .catalog import CatalogEntry, HubFile, PypiFile
-from .errors import Cancelled, DownloadError, ModelNotFound
+from .errors import Cancelled, DownloadError, EngineError, ModelNotFound
 from .store import InstalledModel, ModelStore, ProgressFactory, _copy, _sha256
 
 
@@ -53,8 +53,10 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
         have_target = have.sha256 == t.sha256 and have.size == t.size
     except ModelNotFound:
         have, have_target = None, False
-    have_draft = bool(have_target and have is not None and have.draft and d is not None
-                      and store.manifest(Path(have.path).parent).get("draft_source") == _draft_tag(d))
+    man = store.manifest(Path(have.path).parent) if have_target else {}
+    # the draft is in (this very one), or the user chose their own or none: a pull does not undo that
+    have_draft = bool(have_target and d is not None and (have.draft and man.get("draft_source") == _draft_tag(d)
+                                                         or man.get("draft_choice") == "user"))
     want = [f for f, done in ((t, have_target), (d, have_draft)) if f is not None and not done]
     if not want:
         return have
@@ -76,9 +78,15 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
     else:
         m = have
     if d is not None and not have_draft:
-        m = store.pair(entry.name, paths[d.file], progress=progress, source=_draft_tag(d), move=True)
+        try:
+            m = store.pair(entry.name, paths[d.file], progress=progress, source=_draft_tag(d), move=True)
+        except EngineError as e:  # the catalog paired a draft that does not fit: say the model itself is in
+            shutil.rmtree(downloads, ignore_errors=True)
+            raise DownloadError(f"{entry.name} is installed and runs without speculation, but its draft was "
+                                f"refused: {e.message}") from e
     shutil.rmtree(downloads, ignore_errors=True)
     return m
+
 
 def _verify_download(path: Path, f: HubFile, downloads: Path, progress: ProgressFactory) -> None:
     if path.stat().st_size != f.size or _sha256(path, progress, f"verify {f.file}") != f.sha256:

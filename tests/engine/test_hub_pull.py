@@ -39,7 +39,8 @@ def files(tmp_path_factory, model_path):
     target = write_target(d / "Tiny-Q8_0.gguf", model_path)
     return {"target": target, "big": write_target(d / "Tiny-F32.gguf", model_path, embd_dtype=np.float32),
             "v2": write_draft(d / "Tiny-DFlash2-Q4_K_M.gguf", target, "dflash2"),
-            "v1": write_draft(d / "dflash-Tiny-Q8_0.gguf", target, "dflash1")}
+            "v1": write_draft(d / "dflash-Tiny-Q8_0.gguf", target, "dflash1"),
+            "other": write_draft(d / "Other-DFlash2.gguf", Path(model_path), "dflash2")}  # SmolLM2's, not Tiny's
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def standin(files):
                                 "README.md": b"# tiny\n"})
         drev = h.add_repo(DRAFT_REPO, {"Tiny-DFlash2-Q4_K_M.gguf": files["v2"]})
         grev = h.add_repo(GATED, {"Tiny-Q8_0.gguf": files["target"]}, token=TOKEN)
-        brev = h.add_repo(BIG, {"Tiny-F32.gguf": files["big"]})
+        brev = h.add_repo(BIG, {"Tiny-F32.gguf": files["big"], "Other-DFlash2.gguf": files["other"]})
         h.revs = {REPO: rev, DRAFT_REPO: drev, GATED: grev, BIG: brev}
         yield h
 
@@ -101,6 +102,28 @@ def test_pull_fetches_verifies_and_pairs_the_draft(hub_env, files, tmp_path, kin
     n = len(hub_env.requests)
     assert store.pull("tiny", progress=no_progress).sha256 == m.sha256  # idempotent: nothing fetched again
     assert not [r for r in hub_env.requests[n:] if r.method == "GET"]
+
+
+def test_a_pull_keeps_the_users_own_draft_choice(hub_env, files, tmp_path):
+    home = tmp_path / "home"
+    catalog_entry(home, "tiny", target_pin(hub_env, files), draft_pin(hub_env, files, "dflash2"))
+    store = ModelStore(home)
+    store.pull("tiny", progress=no_progress)
+    store.unpair("tiny")
+    n = len(hub_env.requests)
+    assert store.pull("tiny", progress=no_progress).draft == ""  # unpaired stays unpaired
+    assert not [r for r in hub_env.requests[n:] if r.method == "GET"]
+
+
+def test_a_draft_that_does_not_fit_leaves_the_model_installed_and_says_so(hub_env, files, tmp_path):
+    home = tmp_path / "home"
+    other = hub_file(BIG, hub_env.revs[BIG], files["other"])
+    catalog_entry(home, "tiny", target_pin(hub_env, files), other)
+    with pytest.raises(DownloadError, match="tiny is installed and runs without speculation, but its draft was "
+                                            "refused: .*n_embd"):
+        ModelStore(home).pull("tiny", progress=no_progress)
+    m = ModelStore(home).get("tiny")
+    assert m.draft == "" and not (home / "downloads" / "tiny").exists()
 
 
 def test_the_pulled_pair_serves_losslessly(hub_env, files, tmp_path):
