@@ -9,6 +9,9 @@ target's KV (DFlash: its own KV of injected features) keeps the same prefix thro
 the prefix decodes its prompt from the start, so the drafter sees every row. Stateless
 drafters (prompt lookup) read the token history and need nothing.
 
+A memory that cannot drop a tail (recurrent state, `Context.forget` says False) keeps no prefix:
+the sequence is cleared and the prompt decoded whole, so reuse never builds on stale state.
+
 Not admission policy beyond "the free slot sharing the longest prefix"; no cross-sequence
 copies (llama_memory_seq_cp) yet.
 """
@@ -49,7 +52,8 @@ def keep(slot, ctx: Context, ok: bool) -> None:
             slot.cached_drafter = spec.drafter
         else:
             spec.drafter.forget(slot.seq_id)
-    ctx.forget(slot.seq_id, n)  # positions n.. (all of them when n = 0)
+    if not ctx.forget(slot.seq_id, n):  # positions n.. (all of them when n = 0)
+        drop(slot, ctx)  # the tail stays in this memory: keep nothing rather than a wrong prefix
 
 
 def drop(slot, ctx: Context) -> None:
@@ -73,6 +77,10 @@ def reuse(slot, ctx: Context, prompt: list[int], drafter) -> int:
                 drafter.forget(slot.seq_id)
             n = 0
     n = max(n, 0)
-    ctx.forget(slot.seq_id, n)
+    if not ctx.forget(slot.seq_id, n):  # this memory cannot drop a tail: start from nothing
+        if drafter is not None and hasattr(drafter, "keep_prefix"):
+            drafter.forget(slot.seq_id)
+        ctx.forget(slot.seq_id)
+        n = 0
     slot.cached, slot.cached_drafter = [], None
     return n

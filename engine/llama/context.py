@@ -131,9 +131,10 @@ class Context:
             out[i] = np.ctypeslib.as_array(self.logits_ptr(r), shape=(n_vocab,))
         return out
 
-    def forget(self, seq_id: int, p0: int = -1) -> None:
-        """Drop cells of `seq_id` from position p0 on (all of them by default)."""
-        llama_cpp.llama_memory_seq_rm(self.memory, seq_id, p0, -1)
+    def forget(self, seq_id: int, p0: int = -1) -> bool:
+        """Drop cells of `seq_id` from position p0 on (all of them by default). False where the memory
+        cannot drop a tail (recurrent state without rollback): the sequence is then unchanged."""
+        return bool(llama_cpp.llama_memory_seq_rm(self.memory, seq_id, p0, -1))
 
     def pos_max(self, seq_id: int) -> int:
         """The last position of `seq_id` in the KV cache (-1: none)."""

@@ -101,6 +101,7 @@ class Model:
         self.bos_id = llama_cpp.llama_vocab_bos(self.vocab)
         self.eos_id = llama_cpp.llama_vocab_eos(self.vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self.n_swa = int(llama_cpp.llama_model_n_swa(self.ptr))  # sliding-window size; 0: full attention only
         self._piece_cache: dict[int, bytes] = {}
         self.info = ModelInfo(
             path=self.path,

@@ -14,6 +14,13 @@ starts, and speculation turns on by itself only where the measurement says yes:
   offset, across a 256-cell padding boundary of the KV length, and the engine caps every decode
   that holds plain or verify rows at that many rows.
 
+Before any of that, speculation needs a rollback: rejected tokens must leave the target's memory
+exactly as plain decoding would have it (`rollback_refusal`). A recurrent (or hybrid) model's
+state cannot drop a tail in a context made as flashdesk makes them today, and a sliding-window
+cache may already have dropped cells a rollback needs: for those models speculation stays off,
+with the reason, until their rollback is built (issue 20). The check is measured where it can
+be: llama.cpp itself says whether the tail removal happened.
+
 Not the verify stage itself (verify.py), nor the decision per request (policy.py).
 """
 
@@ -38,7 +45,10 @@ class Exactness:
 
 
 def judge(ctx: Context, on_gpu: bool) -> Exactness:
-    """Which case holds for this build and device, measured where it can be."""
+    """Which case holds for this build, device and model, measured where it can be."""
+    why = rollback_refusal(ctx)
+    if why:
+        return Exactness(False, why)
     if ggml.uses_llamafile():
         return Exactness(False, "this llama.cpp build uses llamafile's sgemm, which computes batches of 2 or more "
                                 "rows with other kernels than single tokens. HINT: reinstall with scripts/setup.sh.")
@@ -64,6 +74,28 @@ def judge(ctx: Context, on_gpu: bool) -> Exactness:
                                 f"{what}. HINT: reinstall with scripts/setup.sh, which applies native/llama-patches "
                                 "to CUDA and Metal builds.")
     return Exactness(False, what)
+
+
+def rollback_refusal(ctx: Context, seq_id: int = 0) -> str | None:
+    """Why rejected tokens could not be rolled back on this model's memory; None when they can."""
+    if ctx.model.n_swa > 0:
+        return (f"this model uses sliding-window attention (window {ctx.model.n_swa}), whose cache can drop cells "
+                "that rolling back rejected tokens needs, so speculation could change its output: it stays off "
+                "for this model (it answers at plain speed, exactly)")
+    batch, bos = ctx.batch, ctx.model.bos_id if ctx.model.bos_id >= 0 else 1
+    try:
+        batch.clear()
+        for i in range(4):
+            batch.add(bos if i == 0 else (31 * i + 7) % ctx.model.n_vocab, i, seq_id, logits=i == 3)
+        ctx.decode(batch)
+        if not ctx.forget(seq_id, 2) or ctx.pos_max(seq_id) != 1:
+            return ("this model's memory cannot remove rejected tokens (recurrent layers, as in Qwen3.5-3.8 and "
+                    "other hybrid models), so speculation would corrupt its state: it stays off for this model "
+                    "(it answers at plain speed, exactly)")
+        return None
+    finally:
+        ctx.forget(seq_id)
+        batch.clear()
 
 
 def verify_is_exact(ctx: Context, seq_id: int = 0, sizes=(2, 3, 8, 16), history: int = 0,
