@@ -75,8 +75,8 @@ def _local_file(path: str, param: str) -> str:
 
 
 def model_json(store: ModelStore, m: InstalledModel, rt: Runtime) -> dict:
-    draft = {"file": m.draft, "source": store.draft_source(m), "kind": store.manifest(Path(m.path).parent).get(
-        "draft_kind")} if m.draft else None
+    kind = store.manifest(Path(m.path).parent).get("draft_kind") if m.draft else None  # set when it was paired
+    draft = {"file": m.draft, "source": store.draft_source(m), "kind": kind} if m.draft else None
     return {"name": m.name, "object": "store.model", "file": m.file, "size": m.size,
             "architecture": m.architecture, "source": m.source, "added": m.added, "sha256": m.sha256,
             "draft": draft, "serving": rt.status == "ready" and rt.in_use(m.name),
