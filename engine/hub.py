@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -122,10 +123,7 @@ def download(f: HubFile, folder: Path, *, progress: ProgressFactory, token: str 
         headers = build_hf_headers(token=token)
         if urlsplit(meta.location).netloc != urlsplit(url).netloc:
             headers.pop("authorization", None)  # a signed CDN URL: the token stays with the Hub (as the client does)
-        # http_get reads (and reports progress, and so lets a cancel in) in pieces of this size, read at
-        # call time; its 10 MiB default would let a slow link keep "cancelling" for many seconds.
-        hf_constants.DOWNLOAD_CHUNK_SIZE = min(hf_constants.DOWNLOAD_CHUNK_SIZE, CHUNK)
-        with open(part, "ab") as out:
+        with open(part, "ab") as out, _pieces(CHUNK):
             http_get(meta.location, out, resume_size=out.tell(), headers=headers, expected_size=f.size,
                      displayed_filename=f.file, tqdm_class=_bar_class(progress, f))
     except Exception as e:  # noqa: BLE001
@@ -135,6 +133,19 @@ def download(f: HubFile, folder: Path, *, progress: ProgressFactory, token: str 
                             "it continues where it stopped.")
     os.replace(part, done)
     return done
+
+
+@contextmanager
+def _pieces(size: int):
+    """http_get reads (and reports progress, so lets a cancel in) in pieces of the module constant
+    DOWNLOAD_CHUNK_SIZE, read at call time; its 10 MiB default would keep a slow link "cancelling"
+    for many seconds. Set for this transfer only (the store runs one job at a time), then restored."""
+    old = hf_constants.DOWNLOAD_CHUNK_SIZE
+    hf_constants.DOWNLOAD_CHUNK_SIZE = min(old, size)
+    try:
+        yield
+    finally:
+        hf_constants.DOWNLOAD_CHUNK_SIZE = old
 
 
 def discard(folder: Path, f: HubFile) -> None:

@@ -176,7 +176,7 @@ def test_import_a_real_model_file(srv, home, store, tmp_path_factory):
 def test_pair_and_unpair_a_draft(srv):
     job = finish(srv, start_job(srv, "/v1/store/models/shop/draft", {"path": str(ENTRY.draft_file)}))
     assert job["status"] == "done" and job["kind"] == "pair" and job["model"] == "shop", job
-    assert installed(srv)["shop"]["draft"] == {"file": "draft.gguf", "source": "user"}
+    assert installed(srv)["shop"]["draft"] == {"file": "draft.gguf", "source": "user", "kind": "dflash2"}
     r = delete(srv, "/v1/store/models/shop/draft")
     assert r.status_code == 200 and r.json()["name"] == "shop" and r.json()["draft"] is None
     assert installed(srv)["shop"]["draft"] is None
