@@ -37,12 +37,13 @@ def plain(engine, prompts):
     return {p["id"]: engine.chat(p["messages"], sampling=GREEDY, max_tokens=MAX_TOKENS).tokens for p in prompts}
 
 
-def run(eng, prompts, spec, concurrent):
+def run(eng, prompts, spec, concurrent, sampling=GREEDY):
+    """Each prompt's completion under `spec`: all at once (concurrent sequences) or one by one."""
     if concurrent:
-        hs = {p["id"]: eng.generate(eng.render_chat(p["messages"]), sampling=GREEDY, max_tokens=MAX_TOKENS,
+        hs = {p["id"]: eng.generate(eng.render_chat(p["messages"]), sampling=sampling, max_tokens=MAX_TOKENS,
                                     speculative=spec) for p in prompts}
         return {k: Completion.collect(iter(h)) for k, h in hs.items()}
-    return {p["id"]: eng.chat(p["messages"], sampling=GREEDY, max_tokens=MAX_TOKENS, speculative=spec)
+    return {p["id"]: eng.chat(p["messages"], sampling=sampling, max_tokens=MAX_TOKENS, speculative=spec)
             for p in prompts}
 
 

@@ -15,19 +15,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from test_dflash_drafter import PROMPTS, prefill, rig, view
+from test_dflash_invariance import GREEDY, MAX_TOKENS, run
 
 from conftest import TEST_CTX, dev_prompts, dflash_engine_on
-from engine import Completion, Engine, EngineConfig, SamplingParams
+from engine import Engine, EngineConfig, SamplingParams
 from engine.speculative.drafters.dflash import DFlashDrafter, DraftRefused
 from engine.speculative.params import SpecParams
 from engine.speculative.select import select
 from engine.speculative.state import DrafterRecord
 from engine.store import ModelStore, no_progress
 from gguf_tools.dflash import DraftConfig, random_tensors, write_dflash_draft, write_random_draft
-
-GREEDY = SamplingParams(temperature=0)
-MAX_TOKENS = 40
-
 
 @pytest.fixture(scope="module")
 def v1_path(tmp_path_factory, model_path) -> str:
@@ -50,15 +47,6 @@ def prompts():
 @pytest.fixture(scope="module")
 def plain(engine, prompts):
     return {p["id"]: engine.chat(p["messages"], sampling=GREEDY, max_tokens=MAX_TOKENS).tokens for p in prompts}
-
-
-def run(eng, prompts, spec, concurrent, sampling=GREEDY):
-    if concurrent:
-        hs = {p["id"]: eng.generate(eng.render_chat(p["messages"]), sampling=sampling, max_tokens=MAX_TOKENS,
-                                    speculative=spec) for p in prompts}
-        return {k: Completion.collect(iter(h)) for k, h in hs.items()}
-    return {p["id"]: eng.chat(p["messages"], sampling=sampling, max_tokens=MAX_TOKENS, speculative=spec)
-            for p in prompts}
 
 
 # -- the engine: lossless -----------------------------------------------------------------
