@@ -1,0 +1,171 @@
+"""Tiny random Qwen targets: `qwen3` (dense), `qwen35` (hybrid) and `qwen35moe` (hybrid, MoE).
+
+Layouts for `write_random_target` (this package's __init__): the keys and tensor shapes the
+pinned llama.cpp's loaders ask for, at toy size. 4 layers of width 64 with 4 query heads of 16
+and 2 KV heads; the Qwen3.5 pair has Gated DeltaNet (linear attention) layers 0-2 and one full
+attention layer (3), as their `full_attention_interval` of 4 makes it, so both layer kinds and
+the hybrid memory (recurrent state + KV cache) are exercised. Weights are random: these prove
+mechanics, never quality. Not a converter and no MTP (nextn) layers.
+
+Shapes are NumPy order (rows, cols), i.e. llama.cpp's `ne` reversed: a matmul weight that maps
+n_in -> n_out is (n_out, n_in). The output head is tied to `token_embd` (llama.cpp duplicates
+it when `output.weight` is absent), which keeps the file near the 6 MB of the f16 embedding.
+
+References (vendor/llama.cpp of llama-cpp-python 0.3.36):
+  src/models/qwen3.cpp, qwen35.cpp, qwen35moe.cpp  - load_arch_hparams / load_arch_tensors, graphs
+  src/llama-model.cpp   - generic keys (head counts, key_length, rope), hybrid memory layer filters
+  src/llama-hparams.cpp - recurrent state sizes (n_embd_r / n_embd_s)
+  src/llama-arch.cpp    - key and tensor name strings
+  conversion/qwen.py    - how real files store ssm_a (-exp(A_log)), ssm_dt.bias, mrope sections
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import Layout
+
+N_EMBD, N_LAYER, N_FF = 64, 4, 128
+N_HEAD, N_HEAD_KV, HEAD_DIM = 4, 2, 16  # n_head * head_dim == n_embd, as the DFlash draft assumes
+CTX = 4096
+EPS = 1e-6
+
+# Gated DeltaNet dims. llama.cpp sizes k and v heads both by ssm.state_size, so inner_size
+# (d_inner) must be state_size * time_step_rank (the graph divides it back by the v heads).
+SSM_CONV, SSM_STATE, SSM_K_HEADS, SSM_V_HEADS = 4, 16, 2, 4  # group_count = k heads, time_step_rank = v heads
+SSM_INNER = SSM_STATE * SSM_V_HEADS  # 64: value_dim
+SSM_KEY = SSM_STATE * SSM_K_HEADS  # 32: key_dim
+SSM_CONV_DIM = 2 * SSM_KEY + SSM_INNER  # 128: q, k, v channels through the short conv
+FULL_ATTN_INTERVAL = 4  # layer i is full attention iff (i + 1) % 4 == 0: here only layer 3
+
+# qwen35 uses interleaved M-RoPE on a partial rotary width; the sections (t, h, w, extra) sum to
+# n_rot / 2, like the real [11, 11, 10, 0] for n_rot 64. For text all position axes are equal.
+N_ROT_35, ROPE_SECTIONS_35 = 8, [2, 1, 1, 0]
+
+N_EXPERT, N_EXPERT_USED, N_FF_EXP, N_FF_SHEXP = 4, 2, 32, 64
+
+
+def _common(arch_rope_base: float) -> dict[str, object]:
+    """The keys every Qwen here has (and that DraftConfig.for_target reads)."""
+    return {
+        "context_length": CTX, "embedding_length": N_EMBD, "block_count": N_LAYER,
+        "feed_forward_length": N_FF, "attention.head_count": N_HEAD, "attention.head_count_kv": N_HEAD_KV,
+        "attention.key_length": HEAD_DIM, "attention.value_length": HEAD_DIM,
+        "attention.layer_norm_rms_epsilon": EPS, "rope.freq_base": arch_rope_base,
+    }
+
+
+def _embeddings(n_vocab: int) -> dict[str, tuple[int, ...]]:
+    return {"token_embd.weight": (n_vocab, N_EMBD), "output_norm.weight": (N_EMBD,)}
+
+
+def _attention(p: str, q_out: int) -> dict[str, tuple[int, ...]]:
+    """Full attention with per-head RMS norms on q and k. `q_out` is n_head * head_dim, doubled in
+    qwen35 where each head's query is followed by its output gate in the same projection."""
+    return {
+        f"{p}.attn_q.weight": (q_out, N_EMBD),
+        f"{p}.attn_k.weight": (N_HEAD_KV * HEAD_DIM, N_EMBD),
+        f"{p}.attn_v.weight": (N_HEAD_KV * HEAD_DIM, N_EMBD),
+        f"{p}.attn_output.weight": (N_EMBD, N_HEAD * HEAD_DIM),
+        f"{p}.attn_q_norm.weight": (HEAD_DIM,),
+        f"{p}.attn_k_norm.weight": (HEAD_DIM,),
+    }
+
+
+def _dense_ffn(p: str) -> dict[str, tuple[int, ...]]:
+    return {f"{p}.ffn_gate.weight": (N_FF, N_EMBD), f"{p}.ffn_up.weight": (N_FF, N_EMBD),
+            f"{p}.ffn_down.weight": (N_EMBD, N_FF)}
+
+
+def _moe_ffn(p: str) -> dict[str, tuple[int, ...]]:
+    """Softmax-routed experts (stacked: expert first) plus one shared expert whose output is scaled
+    by sigmoid(ffn_gate_inp_shexp . x): that gate is a single row, (n_embd,)."""
+    return {
+        f"{p}.ffn_gate_inp.weight": (N_EXPERT, N_EMBD),
+        f"{p}.ffn_gate_exps.weight": (N_EXPERT, N_FF_EXP, N_EMBD),
+        f"{p}.ffn_up_exps.weight": (N_EXPERT, N_FF_EXP, N_EMBD),
+        f"{p}.ffn_down_exps.weight": (N_EXPERT, N_EMBD, N_FF_EXP),
+        f"{p}.ffn_gate_inp_shexp.weight": (N_EMBD,),
+        f"{p}.ffn_gate_shexp.weight": (N_FF_SHEXP, N_EMBD),
+        f"{p}.ffn_up_shexp.weight": (N_FF_SHEXP, N_EMBD),
+        f"{p}.ffn_down_shexp.weight": (N_EMBD, N_FF_SHEXP),
+    }
+
+
+def _delta_net(p: str) -> dict[str, tuple[int, ...]]:
+    """A Gated DeltaNet layer. llama.cpp marks attn_qkv / attn_gate optional but its graph
+    multiplies by both unconditionally, so both are written."""
+    return {
+        f"{p}.attn_qkv.weight": (SSM_CONV_DIM, N_EMBD),  # x -> [q | k | v]
+        f"{p}.attn_gate.weight": (SSM_INNER, N_EMBD),  # x -> z, the output gate of the gated norm
+        f"{p}.ssm_conv1d.weight": (SSM_CONV_DIM, SSM_CONV),  # depthwise causal conv, one row per channel
+        f"{p}.ssm_dt.bias": (SSM_V_HEADS,),  # added to alpha before softplus
+        f"{p}.ssm_a": (SSM_V_HEADS,),  # -exp(A_log): no ".weight" suffix in llama.cpp's name
+        f"{p}.ssm_beta.weight": (SSM_V_HEADS, N_EMBD),  # x -> write strength (sigmoid)
+        f"{p}.ssm_alpha.weight": (SSM_V_HEADS, N_EMBD),  # x -> decay input
+        f"{p}.ssm_norm.weight": (SSM_STATE,),  # per-head RMS norm of the output (weights of ones)
+        f"{p}.ssm_out.weight": (N_EMBD, SSM_INNER),
+    }
+
+
+def _ssm_a(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    # HF initialises A_log = log(U(1, 16)); files store -exp(A_log), so the decay exp(g) stays in (0, 1).
+    return -rng.uniform(1.0, 16.0, shape)
+
+
+def _ssm_dt_bias(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    # HF's init: dt ~ logU(1e-3, 1e-1), bias = softplus^-1(dt), so softplus(bias) = dt at alpha = 0.
+    dt = np.exp(rng.uniform(np.log(1e-3), np.log(1e-1), shape))
+    return dt + np.log(-np.expm1(-dt))
+
+
+def _is_recurrent(il: int) -> bool:
+    return (il + 1) % FULL_ATTN_INTERVAL != 0
+
+
+def qwen3(n_vocab: int) -> Layout:
+    """Qwen3 dense: pre-norm attention with q/k norms (full rotary on head_dim), SwiGLU FFN."""
+    tensors = _embeddings(n_vocab)
+    for il in range(N_LAYER):
+        p = f"blk.{il}"
+        tensors |= {f"{p}.attn_norm.weight": (N_EMBD,)} | _attention(p, N_HEAD * HEAD_DIM)
+        tensors |= {f"{p}.ffn_norm.weight": (N_EMBD,)} | _dense_ffn(p)
+    return Layout(hparams=_common(1e6), tensors=tensors)
+
+
+def _qwen35_family(n_vocab: int, moe: bool) -> Layout:
+    hparams = _common(1e7) | {
+        "rope.dimension_count": N_ROT_35,
+        "rope.dimension_sections": ROPE_SECTIONS_35,  # required by the loader (int32 array of 4)
+        "ssm.conv_kernel": SSM_CONV, "ssm.state_size": SSM_STATE, "ssm.group_count": SSM_K_HEADS,
+        "ssm.time_step_rank": SSM_V_HEADS, "ssm.inner_size": SSM_INNER,
+        "full_attention_interval": FULL_ATTN_INTERVAL,
+    }
+    if moe:
+        hparams |= {"expert_count": N_EXPERT, "expert_used_count": N_EXPERT_USED,
+                    "expert_feed_forward_length": N_FF_EXP, "expert_shared_feed_forward_length": N_FF_SHEXP}
+    tensors, fill = _embeddings(n_vocab), {}
+    for il in range(N_LAYER):
+        p = f"blk.{il}"
+        # the block: x + mixer(attn_norm(x)), then h + ffn(post_attention_norm(h)); no ffn_norm
+        tensors |= {f"{p}.attn_norm.weight": (N_EMBD,), f"{p}.post_attention_norm.weight": (N_EMBD,)}
+        if _is_recurrent(il):
+            tensors |= _delta_net(p)
+            fill |= {f"{p}.ssm_a": _ssm_a, f"{p}.ssm_dt.bias": _ssm_dt_bias}
+        else:
+            tensors |= _attention(p, 2 * N_HEAD * HEAD_DIM)  # query and gate per head
+        tensors |= _moe_ffn(p) if moe else _dense_ffn(p)
+    return Layout(hparams=hparams, tensors=tensors, fill=fill)
+
+
+def qwen35(n_vocab: int) -> Layout:
+    """Qwen3.5 dense: 3 Gated DeltaNet layers + 1 gated full-attention layer, SwiGLU FFN."""
+    return _qwen35_family(n_vocab, moe=False)
+
+
+def qwen35moe(n_vocab: int) -> Layout:
+    """Qwen3.5 MoE: as qwen35, with 4 routed experts (2 used) and a gated shared expert per layer."""
+    return _qwen35_family(n_vocab, moe=True)
+
+
+LAYOUTS = {"qwen3": qwen3, "qwen35": qwen35, "qwen35moe": qwen35moe}
