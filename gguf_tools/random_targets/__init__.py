@@ -1,0 +1,112 @@
+"""Tiny random targets of the architectures the catalog offers, for tests and benchmarks.
+
+Each is a few layers of small width with the real tensor names and hyper-parameters of its
+architecture (recurrent state sizes, sliding window and pattern, expert counts), read from the
+pinned llama.cpp's `src/models/<arch>.cpp` (its `load_hparams` and `load_tensors` are the spec),
+and the vocabulary of a real model (SmolLM2's, copied from its GGUF), so that llama.cpp loads
+and decodes it, grammars and chat templates work on it, and DFlash drafts written by
+`gguf_tools.dflash.write_random_draft` fit it. Outputs are random text: these models prove
+mechanics (rollback, invariance), never quality.
+
+    write_random_target(path, "qwen35", tokenizer_from=smollm2_gguf, seed=0)
+
+One module per architecture family holds its `layout`; this one writes any of them.
+Not a converter (gguf_tools/convert/) and not a model zoo: nothing here is trained.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from gguf import GGUFValueType, GGUFWriter
+
+from ..check import check_gguf
+
+TOKENIZER_PREFIX = "tokenizer."
+
+
+@dataclass(frozen=True)
+class Typed:
+    """A key's value with its GGUF type given (e.g. an array of bools, or of int32)."""
+
+    value: object
+    type: GGUFValueType
+    sub_type: GGUFValueType | None = None
+
+
+@dataclass
+class Layout:
+    """One architecture's tiny model: its keys (without the `<arch>.` prefix) and its tensors."""
+
+    hparams: dict[str, object]  # e.g. {"block_count": 4, "attention.sliding_window": 32}
+    tensors: dict[str, tuple[int, ...]]  # GGUF name -> shape in NumPy order (rows, cols): ne reversed
+    fill: dict[str, Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]] = field(default_factory=dict)
+    scale: float = 0.3  # std of random weights: big enough that greedy output is not one token
+
+
+def _layouts() -> dict[str, Callable[[int], Layout]]:
+    from . import gemma4, muse_glimmer, qwen  # each module: layout(n_vocab) per architecture it holds
+
+    return {**qwen.LAYOUTS, **gemma4.LAYOUTS, **muse_glimmer.LAYOUTS}
+
+
+def architectures() -> tuple[str, ...]:
+    return tuple(_layouts())
+
+
+def write_random_target(path: str | os.PathLike, arch: str, *, tokenizer_from: str | os.PathLike,
+                        seed: int = 0, chat_template: str | None = None) -> Path:
+    """Write a tiny random `arch` model with the vocabulary (and, unless `chat_template` is given,
+    the chat template) of the GGUF at `tokenizer_from`."""
+    layouts = _layouts()
+    if arch not in layouts:
+        raise ValueError(f"no tiny layout for architecture {arch!r} (have: {', '.join(layouts)})")
+    src = check_gguf(tokenizer_from, arrays=(TOKENIZER_PREFIX,))
+    n_vocab = len(src.metadata["tokenizer.ggml.tokens"])
+    lay = layouts[arch](n_vocab)
+    w = GGUFWriter(str(path), arch)
+    w.add_string("general.name", f"tiny random {arch}")
+    for key, val in lay.hparams.items():
+        _add(w, f"{arch}.{key}", val)
+    for key, value in src.metadata.items():
+        if key.startswith(TOKENIZER_PREFIX) and not (chat_template is not None and key == "tokenizer.chat_template"):
+            w.add_key_value(key, value, *src.types[key])
+    if chat_template is not None:
+        w.add_string("tokenizer.chat_template", chat_template)
+    rng = np.random.default_rng(seed)
+    for name, shape in lay.tensors.items():
+        if name in lay.fill:
+            a = lay.fill[name](rng, shape)
+        elif name.endswith("norm.weight"):
+            a = np.ones(shape)
+        else:
+            a = rng.standard_normal(shape) * lay.scale
+        w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float16 if name == "token_embd.weight" else np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(path)
+
+
+def _add(w: GGUFWriter, key: str, val) -> None:
+    """Python values by their type; `Typed(value, GGUFValueType, sub_type)` where the key needs another."""
+    if isinstance(val, Typed):
+        w.add_key_value(key, val.value, val.type, val.sub_type)
+    elif isinstance(val, bool):
+        w.add_bool(key, val)
+    elif isinstance(val, int):
+        w.add_uint32(key, val)
+    elif isinstance(val, float):
+        w.add_float32(key, val)
+    elif isinstance(val, (list, tuple)):
+        w.add_array(key, list(val))
+    else:
+        w.add_string(key, str(val))
+
+
+__all__ = ["Layout", "Typed", "architectures", "write_random_target"]
