@@ -50,7 +50,8 @@ HIDDEN_ACTS = ("silu", "gelu", "gelu_pytorch_tanh")  # what dflash.cpp accepts; 
 # Target architectures whose graph in the pinned llama.cpp sets the input of every layer
 # as a capturable tensor (`res->t_layer_inp[il]` in src/models/*.cpp); others abort on the
 # first decode. Update with llama.cpp.
-CAPTURE_ARCHS = frozenset({"llama", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma4", "gpt-oss"})
+CAPTURE_ARCHS = frozenset({"llama", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma4", "gpt-oss",
+                           "muse-glimmer"})
 
 TOP_K_KEY = "dflash.selector_top_k"  # K > 0 makes a DFlash 2 draft (llama_model_dflash_selector_top_k)
 # DraftConfig field -> uint32 key, in the writer's order. head_dim is also the value and
