@@ -22,9 +22,11 @@ from gguf_tools.dflash import write_random_draft
 N_EMBD, N_FF, N_HEAD, N_LAYER = 64, 128, 4, 2
 
 
-def write_target(path: Path, model_path: str, seed: int = 0, embd_dtype=np.float16) -> Path:
+def write_target(path: Path, model_path: str, seed: int = 0, embd_dtype=np.float16,
+                 chat_template: str | None = None) -> Path:
     """A loadable random llama target with SmolLM2's tokenizer (`model_path`: the SmolLM2 GGUF).
-    `embd_dtype=np.float32` makes it 12.6 MB+, more than one of huggingface_hub's 10 MiB write pieces."""
+    `embd_dtype=np.float32` makes it 12.6 MB+, more than one of huggingface_hub's 10 MiB write pieces.
+    `chat_template` replaces SmolLM2's template: another family's, to render it through a real engine."""
     src = check_gguf(model_path, arrays=("tokenizer.",))
     n_vocab = len(src.metadata["tokenizer.ggml.tokens"])
     w = GGUFWriter(str(path), "llama")
@@ -35,8 +37,10 @@ def write_target(path: Path, model_path: str, seed: int = 0, embd_dtype=np.float
         w.add_uint32(f"llama.{key}", val)
     w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
     for key, value in src.metadata.items():
-        if key.startswith("tokenizer."):
+        if key.startswith("tokenizer.") and not (chat_template is not None and key == "tokenizer.chat_template"):
             w.add_key_value(key, value, *src.types[key])
+    if chat_template is not None:
+        w.add_string("tokenizer.chat_template", chat_template)
     rng = np.random.default_rng(seed)
     e, f = N_EMBD, N_FF
     shapes = {"token_embd.weight": (n_vocab, e), "output_norm.weight": (e,)}
