@@ -1,21 +1,25 @@
-"""Tiny random Qwen targets: `qwen3` (dense), `qwen35` (hybrid) and `qwen35moe` (hybrid, MoE).
+"""Tiny random Qwen targets: `qwen3` (dense), `qwen35` (hybrid), `qwen35moe` (hybrid, MoE) and
+`qwen3next` (hybrid, MoE; the pinned llama.cpp keeps no rollback snapshots for it).
 
 Layouts for `write_random_target` (this package's __init__): the keys and tensor shapes the
 pinned llama.cpp's loaders ask for, at toy size. 4 layers of width 64 with 4 query heads of 16
 and 2 KV heads; the Qwen3.5 pair has Gated DeltaNet (linear attention) layers 0-2 and one full
 attention layer (3), as their `full_attention_interval` of 4 makes it, so both layer kinds and
 the hybrid memory (recurrent state + KV cache) are exercised. Weights are random: these prove
-mechanics, never quality. Not a converter and no MTP (nextn) layers.
+mechanics, never quality. Not a converter and no MTP (nextn) layers. qwen3next has the same
+layer plan as qwen35moe but fuses beta/alpha into one `ssm_ba` projection and uses plain NeoX rope;
+llama.cpp's `llm_arch_supports_rs_rollback` leaves it out, so `n_rs_seq` is clamped to 0 there and
+the engine must refuse to speculate on it (package __init__: REFUSED).
 
 Shapes are NumPy order (rows, cols), i.e. llama.cpp's `ne` reversed: a matmul weight that maps
 n_in -> n_out is (n_out, n_in). The output head is tied to `token_embd` (llama.cpp duplicates
 it when `output.weight` is absent), which keeps the file near the 6 MB of the f16 embedding.
 
 References (vendor/llama.cpp of llama-cpp-python 0.3.36):
-  src/models/qwen3.cpp, qwen35.cpp, qwen35moe.cpp  - load_arch_hparams / load_arch_tensors, graphs
+  src/models/qwen3.cpp, qwen35.cpp, qwen35moe.cpp, qwen3next.cpp - load_arch_hparams / load_arch_tensors, graphs
   src/llama-model.cpp   - generic keys (head counts, key_length, rope), hybrid memory layer filters
   src/llama-hparams.cpp - recurrent state sizes (n_embd_r / n_embd_s)
-  src/llama-arch.cpp    - key and tensor name strings
+  src/llama-arch.cpp    - key and tensor name strings, llm_arch_supports_rs_rollback
   conversion/qwen.py    - how real files store ssm_a (-exp(A_log)), ssm_dt.bias, mrope sections
 """
 
@@ -43,6 +47,9 @@ FULL_ATTN_INTERVAL = 4  # layer i is full attention iff (i + 1) % 4 == 0: here o
 N_ROT_35, ROPE_SECTIONS_35 = 8, [2, 1, 1, 0]
 
 N_EXPERT, N_EXPERT_USED, N_FF_EXP, N_FF_SHEXP = 4, 2, 32, 64
+
+# qwen3next ropes only partial_rotary_factor 0.25 of each head, as conversion/qwen.py writes it.
+N_ROT_NEXT = HEAD_DIM // 4
 
 
 def _common(arch_rope_base: float) -> dict[str, object]:
@@ -168,4 +175,31 @@ def qwen35moe(n_vocab: int) -> Layout:
     return _qwen35_family(n_vocab, moe=True)
 
 
-LAYOUTS = {"qwen3": qwen3, "qwen35": qwen35, "qwen35moe": qwen35moe}
+def qwen3next(n_vocab: int) -> Layout:
+    """Qwen3-Next: qwen35moe's plan (3 Gated DeltaNet layers + 1 gated full-attention layer, routed
+    experts + gated shared expert in every layer; the loader refuses zero experts). Its DeltaNet
+    reads beta and alpha from one fused `ssm_ba` projection, grouped per key head as [beta | alpha]
+    (n_v / n_k rows each), and its attention uses NeoX rope on a quarter of each head."""
+    hparams = _common(1e7) | {
+        "rope.dimension_count": N_ROT_NEXT,
+        "ssm.conv_kernel": SSM_CONV, "ssm.state_size": SSM_STATE, "ssm.group_count": SSM_K_HEADS,
+        "ssm.time_step_rank": SSM_V_HEADS, "ssm.inner_size": SSM_INNER,
+        "full_attention_interval": FULL_ATTN_INTERVAL,
+        "expert_count": N_EXPERT, "expert_used_count": N_EXPERT_USED,
+        "expert_feed_forward_length": N_FF_EXP, "expert_shared_feed_forward_length": N_FF_SHEXP,
+    }
+    tensors, fill = _embeddings(n_vocab), {}
+    for il in range(N_LAYER):
+        p = f"blk.{il}"
+        tensors |= {f"{p}.attn_norm.weight": (N_EMBD,), f"{p}.post_attention_norm.weight": (N_EMBD,)}
+        if _is_recurrent(il):
+            net = {k: v for k, v in _delta_net(p).items() if k not in (f"{p}.ssm_beta.weight", f"{p}.ssm_alpha.weight")}
+            tensors |= net | {f"{p}.ssm_ba.weight": (2 * SSM_V_HEADS, N_EMBD)}
+            fill |= {f"{p}.ssm_a": _ssm_a, f"{p}.ssm_dt.bias": _ssm_dt_bias}
+        else:
+            tensors |= _attention(p, 2 * N_HEAD * HEAD_DIM)  # query and gate per head, as in qwen35
+        tensors |= _moe_ffn(p)
+    return Layout(hparams=hparams, tensors=tensors, fill=fill)
+
+
+LAYOUTS = {"qwen3": qwen3, "qwen35": qwen35, "qwen35moe": qwen35moe, "qwen3next": qwen3next}
