@@ -1,6 +1,7 @@
 """GGUF tools: validate, inspect, quantize (through libllama, imported only when used), convert
 Hugging Face checkpoints (convert/), and the DFlash 2 draft format (dflash/: keys, config, fit to
-a target, writer, converter; import it from `gguf_tools.dflash`)."""
+a target, writer, converter; import it from `gguf_tools.dflash`), and whether speculation can roll a
+model's memory back, expected from its file (rollback.py)."""
 
 from .check import GGUFFormatError, GGUFSummary, TensorEntry, check_gguf
 from .inspect import format_report, inspect_gguf

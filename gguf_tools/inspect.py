@@ -4,7 +4,9 @@ Architecture, parameter count (summed from tensor shapes), quantization, tensor 
 the largest tensors, context length and shape of the network, tokenizer and special
 tokens, chat template, DFlash draft keys and kind (DFlash 2 with K candidates, plain DFlash
 v1, or a DSpark draft flashdesk cannot run), and whether this llama.cpp can pair a DFlash
-draft with the model. `format_report` turns the dict into a short block of text.
+draft with the model, and whether speculation can roll rejected tokens back on its memory
+(`rollback`, from rollback.py: an expectation; the engine measures it at load).
+`format_report` turns the dict into a short block of text.
 
 The file is validated by `check_gguf` first (every count, size and offset bounds-checked),
 so a broken file raises GGUFFormatError before anything here trusts it. Nothing is loaded
@@ -20,6 +22,7 @@ from collections import defaultdict
 
 from .check import GGUFSummary, check_gguf
 from .dflash.format import ARCH as DRAFT_ARCH, CAPTURE_ARCHS, TOKENS_KEY, kind_of, kind_words
+from .rollback import rollback_plan
 
 N_LARGEST = 5
 # Integer tensors (a draft's d2t map, say) hold indices, not weights: not parameters.
@@ -137,6 +140,8 @@ def inspect_gguf(path: str | os.PathLike) -> dict:
         "dflash_kind": kind_of(t.name for t in s.tensors) if is_draft else None,
         "can_pair_dflash_draft": can_pair,
         "dflash_pairing": why,
+        # a draft's memory is not rolled back: only a target's is
+        "rollback": None if is_draft else rollback_plan(arch if isinstance(arch, str) else "", meta),
     }
 
 
@@ -199,4 +204,7 @@ def format_report(r: dict) -> str:
         row("draft kind", kind_words(r["dflash_kind"], d.get("selector_top_k") or 0) + block)
     else:
         row("DFlash draft", f"can pair: {'yes' if r['can_pair_dflash_draft'] else 'no'}, {r['dflash_pairing']}")
+    rb = r.get("rollback")
+    if rb:
+        row("speculation", f"{rb['speculation']} ({rb['memory']} memory): {rb['why']}")
     return "\n".join(lines)

@@ -18,6 +18,23 @@ def write_valid(path, n_tensors: int = 2) -> None:
     w.close()
 
 
+def write_arch_only(path, arch: str, hparams: dict[str, int] | None = None):
+    """A well-formed GGUF whose metadata says `arch` (and `<arch>.<key>` for each of `hparams`) but
+    is no loadable model: for what reads metadata only (inspect, the store's listing)."""
+    w = GGUFWriter(str(path), arch)
+    w.add_string("general.name", f"tiny {arch}")
+    w.add_uint32(f"{arch}.block_count", 1)
+    for key, value in (hparams or {}).items():
+        w.add_uint32(f"{arch}.{key}", value)
+    w.add_array("tokenizer.ggml.tokens", ["a", "b", "c"])
+    w.add_tensor("t0", np.arange(64, dtype=np.float32).reshape(2, 32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def add_one_block(w: GGUFWriter, n_vocab: int, n_embd: int, n_ff: int, seed: int = 0, scale: float = 0.1) -> None:
     """Random weights of a 1-block llama-shaped model (qwen2 takes the same names), then write and
     close: the caller has added the architecture's hyper-parameters and the tokenizer."""

@@ -62,8 +62,16 @@ function modelCard(page, m) {
         h("span", { class: "hint" }, draftSourceText(m.draft)))
       : h("span", { class: "muted" }, t("models.draft_none"))],
   ];
+  // Expected from the file (server: gguf_tools/rollback.py): a model whose memory cannot take back a wrong guess.
+  if (m.rollback?.speculation === "refused") {
+    facts.push([t("models.rollback_label"), h("div", { class: "warn-text rollback-refused" },
+      t("models.rollback_refused", { architecture: m.architecture || t("models.unknown") }))]);
+  }
   const speed = m.serving ? speedNow(m, page.health) : null;
-  if (speed) facts.push([t("models.speed_now"), h("span", { class: speed.cls }, speed.text)]);
+  if (speed) {
+    facts.push([t("models.speed_now"), h("span", {}, h("span", { class: speed.cls }, speed.text),
+      speed.why ? h("span", { class: "hint speed-why" }, " ", speed.why) : null)]);
+  }
 
   // Why a button is disabled is said in words, not only by greying it out.
   const deleteHintId = newId("del");

@@ -96,7 +96,8 @@ function speculationFacts(health, system) {
 export function speedNow(m, health) {
   const sp = health?.status === "ready" ? health.speculation : null;
   if (!sp) return null;
-  if (!sp.enabled) return { text: t("models.speed_off_here"), cls: "muted" };
+  // the engine's own words for why (its load-time measurement): this model's memory, or this computer's build
+  if (!sp.enabled) return { text: t("models.speed_off_here"), cls: "muted", why: sp.exact_why };
   if (sp.draft_error) return { text: t("models.speed_draft_error", { message: sp.draft_error }), cls: "warn-text" };
   if ((sp.drafters || []).includes("dflash")) return { text: t("models.speed_draft_on"), cls: "ok-text" };
   if (m.draft) return { text: t("models.speed_draft_not_loaded"), cls: "warn-text" };

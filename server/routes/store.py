@@ -4,11 +4,14 @@ pair and unpair a draft, remove, and switch the model this server serves.
 Everything slow (pull, import, pair) runs as a job (server/jobs.py): 202 with the job,
 then `GET /v1/store/jobs/{id}` until it is done. engine/store.py does the work and
 knows nothing of HTTP; its errors become OpenAI-shaped errors in the job or the reply.
+Each installed model carries `rollback`: whether speculation can roll rejected tokens back on
+its memory, expected from the file (gguf_tools/rollback.py; the engine measures it at load).
 """
 
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 
 from fastapi import APIRouter, Request
@@ -19,6 +22,8 @@ from engine import hardware, tiers
 from engine.catalog import DEFAULT_MODEL, CatalogEntry, HubFile
 from engine.errors import EngineError, InvalidRequest
 from engine.store import InstalledModel, ModelStore
+from gguf_tools import GGUFFormatError, check_gguf
+from gguf_tools.rollback import rollback_plan
 
 from ..errors import APIError
 from ..jobs import Jobs
@@ -74,12 +79,32 @@ def _local_file(path: str, param: str) -> str:
     return str(p)
 
 
+def rollback_of(m: InstalledModel) -> dict | None:
+    """The model file's rollback plan; None when the file cannot be read now (the listing still answers)."""
+    try:
+        st = os.stat(m.path)
+    except OSError:
+        return None
+    return _rollback_of_file(m.path, st.st_mtime_ns, st.st_size)
+
+
+# Reading the metadata walks the whole vocabulary (0.1 s for 49k tokens, more for 250k), and the
+# page lists often: once per file version. The key holds mtime and size, so a replaced file is read again.
+@lru_cache(maxsize=256)
+def _rollback_of_file(path: str, mtime_ns: int, size: int) -> dict | None:
+    try:
+        s = check_gguf(path)
+    except (GGUFFormatError, OSError):
+        return None
+    return rollback_plan(s.architecture or "", s.metadata)
+
+
 def model_json(store: ModelStore, m: InstalledModel, rt: Runtime) -> dict:
     kind = store.manifest(Path(m.path).parent).get("draft_kind") if m.draft else None  # set when it was paired
     draft = {"file": m.draft, "source": store.draft_source(m), "kind": kind} if m.draft else None
     return {"name": m.name, "object": "store.model", "file": m.file, "size": m.size,
             "architecture": m.architecture, "source": m.source, "added": m.added, "sha256": m.sha256,
-            "draft": draft, "serving": rt.status == "ready" and rt.in_use(m.name),
+            "draft": draft, "rollback": rollback_of(m), "serving": rt.status == "ready" and rt.in_use(m.name),
             "loading": rt.status == "loading" and rt.loading == m.name}
 
 
