@@ -8,6 +8,11 @@ equalled plain (it must). Writes JSON to bench/out/spec.json.
 
     .venv/bin/python bench/spec.py [--draft PATH|auto|random] [--prompts 2] [--max-tokens 96]
                                    [--rounds 1] [--modes a,b]
+    .venv/bin/python bench/spec.py --rollback [--archs qwen35,gemma4] [--steps 48] [--rounds 5]
+
+`--rollback` reports instead, per architecture the catalog offers (each on its tiny random
+target), the share of a speculative step spent rolling back rejected tokens, and what a
+host-memory state checkpoint would cost instead (bench/rollback_cost.py). JSON: bench/out/rollback.json.
 
 Without a trained draft (`--draft random`, the default when none is paired) the DFlash
 rows measure the machinery's costs only: a random draft is almost never accepted.
@@ -60,10 +65,15 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1, help="repeat every prompt's A B C ... sequence")
     ap.add_argument("--modes", default="", help="comma-separated mode names to run (plain always runs)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "spec.json"))
+    ap.add_argument("--out", default=None, help="JSON file (default bench/out/spec.json, or rollback.json)")
+    ap.add_argument("--rollback", action="store_true", help="the rollback cost per architecture instead")
+    ap.add_argument("--archs", default="", help="--rollback: comma-separated architectures (default: all)")
+    ap.add_argument("--steps", type=int, default=48, help="--rollback: verify steps per side and round")
     a = ap.parse_args()
 
     model = ModelStore(test_home()).pull("smollm2", progress=no_progress)
+    if a.rollback:
+        return rollback(a, model.path)
     draft, draft_kind = None, "none"
     if a.draft == "auto" and model.draft_path:
         draft, draft_kind = model.draft_path, "paired"
@@ -136,8 +146,7 @@ def main() -> int:
               "prompts_per_category": a.prompts, "rounds": a.rounds, "mismatches": mismatches, "table": table,
               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                        text=True).stdout.strip()}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=1))
+    write(a.out or ROOT / "bench" / "out" / "spec.json", result)
     print(f"{'category':20} {'mode':16} {'tok/s':>7} {'ratio':>6} {'tau':>5}  shares % (draft/select/target/other)")
     for r in table:
         sh = r["share_pct"]
@@ -146,6 +155,24 @@ def main() -> int:
               f"{r['tau'] or '-':>5}  {shares}")
     print(f"mismatches against plain: {mismatches or 'none'}")
     return 1 if mismatches else 0
+
+
+def rollback(a, tokenizer_from: str) -> int:
+    from bench import rollback_cost
+
+    rows = rollback_cost.run(tokenizer_from, [x for x in a.archs.split(",") if x] or None, a.steps,
+                             max(a.rounds, 3), a.threads)
+    write(a.out or ROOT / "bench" / "out" / "rollback.json",
+          {"block": rollback_cost.BLOCK, "threads": a.threads, "steps": a.steps, "rounds": max(a.rounds, 3),
+           "rows": rows, "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                                   capture_output=True, text=True).stdout.strip()})
+    rollback_cost.print_table(rows)
+    return 0
+
+
+def write(path, result: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -65,7 +65,9 @@ class Engine:
     def __init__(self, model: Model, config: EngineConfig = EngineConfig()):
         self.model = model
         self.config = config
-        self.ctx = Context(model, ContextConfig(config.n_ctx, config.n_parallel, config.n_batch, config.n_threads))
+        # rollback: a recurrent memory keeps a state snapshot per token a verify's rejected tail can hold
+        self.ctx = Context(model, ContextConfig(config.n_ctx, config.n_parallel, config.n_batch, config.n_threads,
+                                                rollback=config.spec_block - 1))
         self.n_ctx = self.ctx.n_ctx_seq
         self.chat_template = ChatTemplate(model, config.chat_template_vars) if model.info.has_chat_template else None
         self._slots = [Slot(i) for i in range(self.ctx.n_seq)]
@@ -82,10 +84,13 @@ class Engine:
         # Speculation is only lossless when verify rows compute exactly like single tokens:
         # measured once here, before the worker starts (the context is free). A patched GPU build
         # is exact only for decodes of up to `max_rows` rows: the policy and the stepper keep to it.
-        exactness = judge(self.ctx, on_gpu=ggml.supports_gpu_offload() and config.n_gpu_layers != 0)
+        exactness = judge(self.ctx, on_gpu=ggml.supports_gpu_offload() and config.n_gpu_layers != 0,
+                          block=config.spec_block)
         self.spec_exact, self.spec_exact_why, self.max_rows = exactness.exact, exactness.why, exactness.max_rows
-        self.spec_enabled = self.policy.enabled = self.spec_exact or config.spec_inexact
+        # spec_inexact accepts other numerics, never a memory that cannot roll back (corrupted state)
+        self.spec_enabled = self.policy.enabled = self.spec_exact or (config.spec_inexact and exactness.possible)
         self.policy.max_rows = self.max_rows
+        self.policy.max_rollback = self.ctx.rollback
         self._stepper = Stepper(self.ctx, self.max_rows)
         # The chooser needs this machine's verify-cost curve: from the cache beside the model, else
         # measured by the worker while it is idle (requests that come first decode plainly).
@@ -95,7 +100,9 @@ class Engine:
         self.curve_ready = threading.Event()  # set once the chooser can speculate
         if self.policy.curve is not None:
             self.curve_ready.set()
-        if not self.spec_exact:
+        if not exactness.possible:
+            log.warning("speculative decoding is off for this model: %s", self.spec_exact_why)
+        elif not self.spec_exact:
             log.warning("speculative decoding would not be bit-identical to plain decoding here: %s %s",
                         self.spec_exact_why, "It runs anyway (allowed by spec_inexact)." if self.spec_enabled
                         else "It is off. HINT: --allow-inexact-speculation turns it on (output then follows "

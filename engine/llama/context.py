@@ -9,6 +9,22 @@ it on, the CPU kernel's result for a sequence changed with what else was in the 
 (measured: 1 of 8 dev prompts diverged at token 9; with a unified cache 6 of 8 did).
 With both choices, greedy output is independent of concurrency, bit for bit.
 
+Rolling back (`forget` of a sequence's tail) is exact only where the memory still holds what
+the kept positions need, and `forget` refuses (returns False, changing nothing) elsewhere:
+- attention caches drop a tail exactly;
+- recurrent state (Gated DeltaNet, Mamba; alone or in a hybrid) is one state per sequence. The
+  pinned llama.cpp keeps `n_rs_seq` snapshots of it per sequence for the archs that support it
+  (`llm_arch_supports_rs_rollback`: qwen35, qwen35moe, ...), written by each decode for its last
+  min(rows, n_rs_seq + 1) tokens of the sequence, and a removal reads one of them. It checks
+  only the depth, so a removal that reaches past the last decode of that sequence would read a
+  stale snapshot: this module allows a tail removal only inside the sequence's last decode,
+  keeping at least its first row, once per decode, at most `rollback` deep;
+- a sliding-window cache is made full-size (`swa_full`, the pinned default, set here on purpose):
+  it then drops no cell, so a tail removal is exact at any depth. A window-sized cache reuses
+  cells the window has left behind: a removal reaching past the last decode could lose cells the
+  next token needs, and even one that keeps the window was measured not bit-identical (the
+  re-decoded rows land in reused cells, in another order).
+
 Not thread-safe: only the engine worker thread touches a Context.
 References: llama.cpp `include/llama.h` (context, batch, memory sections).
 """
@@ -34,6 +50,7 @@ class ContextConfig:
     n_seq: int  # sequences decoded together
     n_batch: int  # most tokens in one decode
     n_threads: int
+    rollback: int = 0  # the most tokens a tail removal may drop on recurrent memory (snapshots kept)
 
 
 class Batch:
@@ -43,9 +60,11 @@ class Batch:
         self.capacity = capacity
         self.raw = llama_cpp.llama_batch_init(capacity, 0, 1)
         self.n = 0
+        self.rows_of: dict[int, int] = {}  # seq_id -> rows of it in this batch
 
     def clear(self) -> None:
         self.n = 0
+        self.rows_of = {}
 
     def add(self, token: int, pos: int, seq_id: int, logits: bool) -> int:
         """Append one token; returns its row index (where its logits will be)."""
@@ -58,6 +77,7 @@ class Batch:
         b.n_seq_id[i] = 1
         b.seq_id[i][0] = seq_id
         b.logits[i] = logits
+        self.rows_of[seq_id] = self.rows_of.get(seq_id, 0) + 1
         self.n = i + 1
         return i
 
@@ -86,6 +106,8 @@ class Context:
         p.kv_unified = False
         p.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         p.no_perf = True
+        p.n_rs_seq = cfg.rollback if model.recurrent else 0
+        p.swa_full = True  # sliding-window layers keep every cell: rollback and prefix reuse stay exact
         self.ptr = llama_cpp.llama_init_from_model(model.ptr, p)
         if not self.ptr:
             raise ModelLoadError(
@@ -98,6 +120,9 @@ class Context:
         self.n_batch = int(llama_cpp.llama_n_batch(self.ptr))
         self.memory = llama_cpp.llama_get_memory(self.ptr)
         self.batch = Batch(self.n_batch)
+        # recurrent memory: snapshots per sequence (llama.cpp clamps to 0 where the arch has none)
+        self.rollback = int(llama_cpp.llama_n_rs_seq(self.ptr)) if model.recurrent else None
+        self._last: dict[int, int] = {}  # seq_id -> first position of its last decode (recurrent memory)
 
     def decode(self, batch: Batch) -> None:
         if batch.n == 0:
@@ -107,6 +132,9 @@ class Context:
         if rc != 0:
             # 1: no KV slot for the batch; 2: aborted; < 0: error. The batch left no trace.
             raise GenerationFailed(f"llama_decode failed with status {rc}")
+        if self.rollback is not None:  # what a later tail removal may reach
+            for seq_id, rows in batch.rows_of.items():
+                self._last[seq_id] = self.pos_max(seq_id) - rows + 1
         # A GPU backend returns before the work is done; reading logits would wait anyway.
         # Waiting here keeps the timings honest (verify time is the target's, not Python's).
         llama_cpp.llama_synchronize(self.ptr)
@@ -132,9 +160,33 @@ class Context:
         return out
 
     def forget(self, seq_id: int, p0: int = -1) -> bool:
-        """Drop cells of `seq_id` from position p0 on (all of them by default). False where the memory
-        cannot drop a tail (recurrent state without rollback): the sequence is then unchanged."""
+        """Drop cells of `seq_id` from position p0 on (all of them by default, or p0 <= 0). False
+        where this memory cannot drop that tail exactly (module docstring): nothing changes then."""
+        if p0 <= 0:
+            self._last.pop(seq_id, None)
+            return bool(llama_cpp.llama_memory_seq_rm(self.memory, seq_id, -1, -1))
+        if p0 > self.pos_max(seq_id):
+            return True  # no tail there
+        if self.rollback is not None:  # recurrent: a snapshot of this sequence's last decode, once
+            first = self._last.get(seq_id)
+            if first is None or p0 <= first or self.pos_max(seq_id) - p0 + 1 > self.rollback:
+                return False
+            del self._last[seq_id]  # the snapshot is used up until the next decode
         return bool(llama_cpp.llama_memory_seq_rm(self.memory, seq_id, p0, -1))
+
+    def state_of(self, seq_id: int):
+        """A copy, in host memory, of the sequence's partial state (its recurrent state; a
+        sliding-window cache's cells): what a checkpoint of it costs (bench/rollback_cost.py)."""
+        flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = llama_cpp.llama_state_seq_get_size_ext(self.ptr, seq_id, flags)
+        buf = (ctypes.c_uint8 * size)()
+        llama_cpp.llama_state_seq_get_data_ext(self.ptr, buf, size, seq_id, flags)
+        return buf
+
+    def set_state(self, seq_id: int, buf) -> bool:
+        """Write back a `state_of` copy into the sequence; False if llama.cpp did not take it."""
+        flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        return llama_cpp.llama_state_seq_set_data_ext(self.ptr, buf, len(buf), seq_id, flags) > 0
 
     def pos_max(self, seq_id: int) -> int:
         """The last position of `seq_id` in the KV cache (-1: none)."""

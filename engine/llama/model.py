@@ -102,6 +102,8 @@ class Model:
         self.eos_id = llama_cpp.llama_vocab_eos(self.vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
         self.n_swa = int(llama_cpp.llama_model_n_swa(self.ptr))  # sliding-window size; 0: full attention only
+        # recurrent state per sequence (Mamba, RWKV, Gated DeltaNet; alone or beside attention)
+        self.recurrent = bool(llama_cpp.llama_model_is_recurrent(self.ptr) or llama_cpp.llama_model_is_hybrid(self.ptr))
         self._piece_cache: dict[int, bytes] = {}
         self.info = ModelInfo(
             path=self.path,

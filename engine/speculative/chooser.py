@@ -90,7 +90,8 @@ class CurveMeasurement:
             t0 = time.perf_counter()
             ctx.decode(batch)
             self.times[k].append((time.perf_counter() - t0) * 1000.0)
-            ctx.forget(self.seq_id, n)
+            if not ctx.forget(self.seq_id, n):  # recurrent memory rolls back only inside a decode
+                self.pause()  # the history is decoded again next step
         except BaseException:
             self.pause()
             raise

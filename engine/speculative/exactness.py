@@ -15,11 +15,14 @@ starts, and speculation turns on by itself only where the measurement says yes:
   that holds plain or verify rows at that many rows.
 
 Before any of that, speculation needs a rollback: rejected tokens must leave the target's memory
-exactly as plain decoding would have it (`rollback_refusal`). A recurrent (or hybrid) model's
-state cannot drop a tail in a context made as flashdesk makes them today, and a sliding-window
-cache may already have dropped cells a rollback needs: for those models speculation stays off,
-with the reason, until their rollback is built (issue 20). The check is measured where it can
-be: llama.cpp itself says whether the tail removal happened.
+exactly as plain decoding would have it. It is measured on this model's own memory (attention,
+recurrent snapshots, a sliding window: engine/llama/context.py says which removals each allows):
+after a verify-like decode, every depth of rejected tail a verify of the engine's block can leave
+is dropped and the next token decoded. `rollback_refusal`: the removal must happen and leave no
+trace of what was rejected; where it does not, speculation stays off with the reason, and no
+setting (not even spec_inexact) turns it on, since that would speculate into corrupted state.
+`rollback_is_exact`: the next token's logits must then equal plain decoding's bit for bit, a
+question of the build's batch numerics like the verify rows' own.
 
 Not the verify stage itself (verify.py), nor the decision per request (policy.py).
 """
@@ -34,6 +37,7 @@ from ..llama import ggml
 from ..llama.context import Context
 
 N_TOKENS = 16  # decoded singly as the reference, then in batches
+SWA_MEASURED = 256  # sliding windows up to this size are crossed before the rollback check
 BOUNDARY_HISTORY = 250  # tokens before them in the GPU check, so that batches cross n_kv's 256 padding
 
 
@@ -42,13 +46,27 @@ class Exactness:
     exact: bool  # verify rows (up to max_rows) are bit-identical to single-token decodes, measured
     why: str  # in words, for /health, the doctor and the Models page
     max_rows: int | None = None  # the most rows a decode may hold and stay exact; None: any number
+    possible: bool = True  # False: rejected tokens cannot be rolled back here, so no setting may speculate
 
 
-def judge(ctx: Context, on_gpu: bool) -> Exactness:
-    """Which case holds for this build, device and model, measured where it can be."""
-    why = rollback_refusal(ctx)
+def judge(ctx: Context, on_gpu: bool, block: int = 8) -> Exactness:
+    """Which case holds for this build, device and model, measured where it can be; `block`: the
+    largest verify (anchor + path) the engine will decode, whose rejected tails must roll back."""
+    why = rollback_refusal(ctx, depth=block - 1)
     if why:
-        return Exactness(False, why)
+        return Exactness(False, why, possible=False)
+    verdict = _rows(ctx, on_gpu)
+    if not verdict.exact:
+        return verdict
+    exact, what = rollback_is_exact(ctx, depth=min(block, verdict.max_rows or block) - 1)
+    if not exact:
+        return Exactness(False, f"{what}, so speculation would change the output: it stays off (the model answers "
+                                "at plain speed, exactly)", verdict.max_rows)
+    return verdict
+
+
+def _rows(ctx: Context, on_gpu: bool) -> Exactness:
+    """Are verify rows computed like single tokens on this build and device?"""
     if ggml.uses_llamafile():
         return Exactness(False, "this llama.cpp build uses llamafile's sgemm, which computes batches of 2 or more "
                                 "rows with other kernels than single tokens. HINT: reinstall with scripts/setup.sh.")
@@ -76,26 +94,92 @@ def judge(ctx: Context, on_gpu: bool) -> Exactness:
     return Exactness(False, what)
 
 
-def rollback_refusal(ctx: Context, seq_id: int = 0) -> str | None:
-    """Why rejected tokens could not be rolled back on this model's memory; None when they can."""
-    if ctx.model.n_swa > 0:
-        return (f"this model uses sliding-window attention (window {ctx.model.n_swa}), whose cache can drop cells "
-                "that rolling back rejected tokens needs, so speculation could change its output: it stays off "
-                "for this model (it answers at plain speed, exactly)")
-    batch, bos = ctx.batch, ctx.model.bos_id if ctx.model.bos_id >= 0 else 1
-    try:
+class _Probe:
+    """A verify-like decode and its rollback on a free sequence: a prefix (past a small sliding
+    window, so the cache has reused cells first), the kept token x_0 decoded together with d
+    rejected ones, the rejected ones dropped, then the next token y. Returns y's logits."""
+
+    def __init__(self, ctx: Context, seq_id: int, depth: int):
+        model = ctx.model
+        self.ctx, self.seq_id = ctx, seq_id
+        # a large window would cost a long prefill per depth; the rule that keeps its cells is the same
+        n = 8 + (model.n_swa if model.n_swa <= SWA_MEASURED else 0)
+        self.n = max(1, min(n, ctx.n_ctx_seq - depth - 4, ctx.batch.capacity))
+        bos = model.bos_id if model.bos_id >= 0 else 1
+        self.prefix = [bos] + [(31 * i + 7) % model.n_vocab for i in range(1, self.n)]
+        self.x0, self.y = 11, (model.n_vocab // 2) + 5
+        # attention alone drops a tail exactly at any depth: one depth shows the removal works
+        top = max(1, min(depth, ctx.n_ctx_seq - 32, ctx.batch.capacity - 1))
+        self.depths = range(1, top + 1) if model.recurrent or model.n_swa else (top,)
+
+    def tail(self, d: int, salt: int) -> list[int]:
+        return [(53 * j + 17 * salt + 29) % self.ctx.model.n_vocab for j in range(d)]
+
+    def _decode(self, tokens: list[int], start: int, logits: bool) -> None:
+        batch = self.ctx.batch
         batch.clear()
-        for i in range(4):
-            batch.add(bos if i == 0 else (31 * i + 7) % ctx.model.n_vocab, i, seq_id, logits=i == 3)
-        ctx.decode(batch)
-        if not ctx.forget(seq_id, 2) or ctx.pos_max(seq_id) != 1:
-            return ("this model's memory cannot remove rejected tokens (recurrent layers, as in Qwen3.5-3.8 and "
-                    "other hybrid models), so speculation would corrupt its state: it stays off for this model "
-                    "(it answers at plain speed, exactly)")
+        for j, tok in enumerate(tokens):
+            batch.add(tok, start + j, self.seq_id, logits=logits and j == len(tokens) - 1)
+        self.ctx.decode(batch)
+
+    def next_logits(self, rejected: list[int]) -> np.ndarray | None:
+        """[V] logits of y; None where the memory refused to drop the rejected tokens."""
+        ctx = self.ctx
+        ctx.forget(self.seq_id)
+        self._decode(self.prefix, 0, False)
+        self._decode([self.x0] + rejected, self.n, False)
+        if rejected and (not ctx.forget(self.seq_id, self.n + 1) or ctx.pos_max(self.seq_id) != self.n):
+            return None
+        self._decode([self.y], self.n + 1, True)
+        return np.array(ctx.logits([0])[0])
+
+    def close(self) -> None:
+        self.ctx.forget(self.seq_id)
+        self.ctx.batch.clear()
+
+
+def rollback_refusal(ctx: Context, seq_id: int = 0, depth: int = 7) -> str | None:
+    """Why rejected tokens cannot be rolled back on this model's memory (the removal is refused, or
+    what was rejected still shows in the next token's logits); None when every rollback of 1..depth
+    tokens leaves no trace. Comparing two rejected tails of the same shape keeps the build's batch
+    numerics out of it: that is `rollback_is_exact`'s question. The sequence is left empty."""
+    if ctx.model.recurrent and (ctx.rollback or 0) < depth:
+        return (f"this model has recurrent layers (as in Qwen3.5-3.8 and other hybrid models) and this llama.cpp "
+                f"keeps {ctx.rollback or 0} of the {depth} state snapshots per sequence that rolling back "
+                "rejected tokens needs, so speculation would corrupt its state: it stays off for this model "
+                "(it answers at plain speed, exactly)")
+    probe = _Probe(ctx, seq_id, depth)
+    try:
+        for d in probe.depths:
+            a, b = probe.next_logits(probe.tail(d, 1)), probe.next_logits(probe.tail(d, 2))
+            if a is None or b is None:
+                return ("this model's memory cannot remove rejected tokens (recurrent layers without rollback "
+                        "snapshots, as in some hybrid models), so speculation would corrupt its state: it stays off "
+                        "for this model (it answers at plain speed, exactly)")
+            if not np.array_equal(a, b):
+                return (f"rolled-back tokens still change this model's next answer (after rolling back {d}, the "
+                        f"logits differ by up to {float(np.max(np.abs(a - b))):.3g}), so speculation would corrupt "
+                        "its state: it stays off for this model (it answers at plain speed, exactly)")
         return None
     finally:
-        ctx.forget(seq_id)
-        batch.clear()
+        probe.close()
+
+
+def rollback_is_exact(ctx: Context, seq_id: int = 0, depth: int = 7) -> tuple[bool, str]:
+    """Is the next token after a rollback of 1..depth rejected tokens computed exactly as in plain
+    decoding (every token alone)? Returns (exact, what differed). The sequence is left empty."""
+    probe = _Probe(ctx, seq_id, depth)
+    try:
+        ref = probe.next_logits([])  # x_0 alone, then y: plain decoding
+        for d in probe.depths:
+            got = probe.next_logits(probe.tail(d, 1))
+            diff = float(np.max(np.abs(got - ref)))
+            if diff != 0.0:
+                return False, (f"after a rollback of {d} rejected tokens the next token's logits differ from plain "
+                               f"decoding by up to {diff:.3g}")
+        return True, "rollbacks measured exact"
+    finally:
+        probe.close()
 
 
 def verify_is_exact(ctx: Context, seq_id: int = 0, sizes=(2, 3, 8, 16), history: int = 0,
@@ -120,15 +204,22 @@ def verify_is_exact(ctx: Context, seq_id: int = 0, sizes=(2, 3, 8, 16), history:
         ctx.decode(batch)
         return list(np.array(ctx.logits(rows)))
 
-    try:
+    def history_only() -> None:  # the sequence holds the history and nothing after it
+        if ctx.pos_max(seq_id) >= start - 1 and ctx.forget(seq_id, start):
+            return
+        ctx.forget(seq_id)  # empty, or a memory that cannot drop this tail: decode the history (again)
         batch.clear()
         for i in range(start):
             batch.add(bos if i == 0 else (31 * i + 7) % ctx.model.n_vocab, i, seq_id, logits=False)
         ctx.decode(batch)
+
+    try:
+        ctx.forget(seq_id)
+        history_only()
         ref = np.stack([decode(j, 1)[0] for j in range(n)])  # [n, V]
         for k in sizes:
             for o in range(k) if offsets else (0,):
-                ctx.forget(seq_id, start)
+                history_only()
                 got = [row for j in range(o) for row in decode(j, 1)]
                 for first in range(o, n, k):
                     got.extend(decode(first, min(k, n - first)))

@@ -75,7 +75,11 @@ class Stepper:
         finally:
             for w in work:  # back to each committed frontier: rejected path rows, or rows never settled
                 if w.rows and (w.kind == "verify" or not w.settled):
-                    self.ctx.forget(w.slot.seq_id, w.slot.n_past)
+                    if not self.ctx.forget(w.slot.seq_id, w.slot.n_past):
+                        # only rows never settled (an error is on its way) can reach past what this
+                        # memory rolls back; keep nothing rather than a state that is not the frontier
+                        self.ctx.forget(w.slot.seq_id)
+                        w.slot.n_past = 0
         return {w.slot.seq_id: w.commit for w in work if w.commit}
 
     # -- plan ---------------------------------------------------------------------------

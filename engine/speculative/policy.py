@@ -31,6 +31,7 @@ class Policy:
         self.n_ctx, self.n_vocab = n_ctx, n_vocab
         self.enabled = False  # speculation is lossless on this backend (or the user allowed inexact)
         self.max_rows: int | None = None  # a banded GPU build: verify rows (anchor + path) exact up to this many
+        self.max_rollback: int | None = None  # recurrent memory: the most rejected tokens it can roll back
         self.curve: CostCurve | None = None  # this machine's verify-cost curve, once known
         self.drafters: dict[str, Drafter] = {}
         self.records: dict[str, DrafterRecord] = {}  # what each drafter has shown here, across requests
@@ -38,8 +39,10 @@ class Policy:
 
     @property
     def max_block(self) -> int:
-        """The largest block B (anchor + B-1 drafted tokens) this backend verifies exactly."""
-        return min(MAX_BLOCK, self.max_rows or MAX_BLOCK)
+        """The largest block B (anchor + B-1 drafted tokens) this backend verifies exactly and whose
+        rejected tokens this model's memory can roll back."""
+        rollback = MAX_BLOCK if self.max_rollback is None else self.max_rollback + 1
+        return min(MAX_BLOCK, self.max_rows or MAX_BLOCK, rollback)
 
     def add(self, drafter: Drafter) -> None:
         self.drafters[drafter.name] = drafter
