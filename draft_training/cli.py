@@ -111,9 +111,11 @@ def run(a) -> int:
         bar.update(n - seen[0])
         seen[0] = n
 
+    # the catalog's template variables (Qwen3's enable_thinking=false): prompts as the server renders them
+    cfg = CaptureConfig(target_layers=taps, n_threads=a.threads,
+                        chat_template_vars=target.options.get("chat_template", {}))
     try:
-        man = capture(target.path, prompts, work / "data", CaptureConfig(target_layers=taps, n_threads=a.threads),
-                      max_answer_tokens=a.tokens, progress=on_tokens)
+        man = capture(target.path, prompts, work / "data", cfg, max_answer_tokens=a.tokens, progress=on_tokens)
     except KeyboardInterrupt:
         print("\nstopped; the finished answers are saved. HINT: run the same command with --resume to continue.",
               file=sys.stderr)

@@ -56,6 +56,9 @@ class CaptureConfig:
     n_threads: int = 2
     shard_tokens: int = 1 << 16  # a shard is written when it holds this many tokens
     val_every: int = 20  # one prompt in val_every (by hash) is held out for validation
+    # the catalog's chat-template variables for this target (Qwen3's enable_thinking=false): the
+    # draft learns from the prompts the server will render
+    chat_template_vars: dict = field(default_factory=dict)
 
 
 def prompt_key(prompt: dict) -> str:
@@ -177,7 +180,7 @@ def capture(target_path: str | os.PathLike, prompts: list[dict], out: str | os.P
 
 
 def _run(target: Model, todo: list[dict], out: Path, man: dict, cfg: CaptureConfig, max_answer_tokens, progress):
-    template = ChatTemplate(target)
+    template = ChatTemplate(target, cfg.chat_template_vars)
     n_embd, taps = target.info.n_embd, cfg.target_layers
     n_enc = len(taps) * n_embd
     n_ctx = cfg.max_prompt + cfg.max_new + 1

@@ -192,3 +192,20 @@ def test_ctrl_c_during_capture_keeps_finished_answers(model_path, tmp_path):
     assert 1 <= len(man["done"]) < len(PROMPTS) and man["n_answer_tokens"] > 0
     again = capture(model_path, PROMPTS, tmp_path, cfg)  # resume answers only the rest
     assert sorted(again["done"]) == sorted(set(again["done"])) and len(again["done"]) == len(PROMPTS)
+
+
+def test_capture_renders_prompts_with_the_catalogs_template_variables(model_path, tmp_path, monkeypatch):
+    """The draft learns from prompts as the server renders them (Qwen3: enable_thinking=false)."""
+    import draft_training.data as data
+
+    seen = []
+
+    class Recording(ChatTemplate):
+        def __init__(self, model, variables=None):
+            seen.append(variables)
+            super().__init__(model, variables)
+
+    monkeypatch.setattr(data, "ChatTemplate", Recording)
+    cfg = CaptureConfig(target_layers=TAPS, n_seq=1, max_new=2, chat_template_vars={"enable_thinking": False})
+    capture(model_path, PROMPTS[:1], tmp_path, cfg)
+    assert seen == [{"enable_thinking": False}]
