@@ -9,8 +9,12 @@ target's KV (DFlash: its own KV of injected features) keeps the same prefix thro
 the prefix decodes its prompt from the start, so the drafter sees every row. Stateless
 drafters (prompt lookup) read the token history and need nothing.
 
-A memory that cannot drop a tail (recurrent state, `Context.forget` says False) keeps no prefix:
-the sequence is cleared and the prompt decoded whole, so reuse never builds on stale state.
+A recurrent memory drops a tail only inside its last decode (`Context.forget` says False
+otherwise). Such a sequence keeps a copy of its recurrent state at the end of each prompt
+(`checkpoint`, host memory): a later prompt that shares that prompt but not all of what the
+request left (a chat's next turn, whose rendering of the answer differs from the tokens
+generated) restores it and decodes from there. Anything shorter is decoded whole, so reuse
+never builds on stale state.
 
 Not admission policy beyond "the free slot sharing the longest prefix"; no cross-sequence
 copies (llama_memory_seq_cp) yet.
@@ -41,10 +45,18 @@ def costs_reuse(slot, prompt: list[int], drafter, least: int = 64) -> bool:
             and common_prefix(slot.cached, prompt) >= least)
 
 
+def checkpoint(slot, ctx: Context) -> None:
+    """The slot's prompt is decoded: on recurrent memory, copy the state it leaves."""
+    if ctx.rollback is not None:
+        slot.checkpoint = (slot.n_past, ctx.state_of(slot.seq_id))
+
+
 def keep(slot, ctx: Context, ok: bool) -> None:
     """At the end of a request: keep its committed KV for the next one (not after an error)."""
     n = slot.n_past if ok else 0
     slot.cached, slot.cached_drafter = slot.history()[:n], None
+    if not n:
+        slot.checkpoint = None
     spec = slot.spec
     if spec is not None:
         hold = getattr(spec.drafter, "keep_prefix", None)
@@ -61,7 +73,7 @@ def drop(slot, ctx: Context) -> None:
     if slot.cached_drafter is not None:
         slot.cached_drafter.forget(slot.seq_id)
     ctx.forget(slot.seq_id)
-    slot.cached, slot.cached_drafter = [], None
+    slot.cached, slot.cached_drafter, slot.checkpoint = [], None, None
 
 
 def reuse(slot, ctx: Context, prompt: list[int], drafter) -> int:
@@ -77,10 +89,15 @@ def reuse(slot, ctx: Context, prompt: list[int], drafter) -> int:
                 drafter.forget(slot.seq_id)
             n = 0
     n = max(n, 0)
-    if not ctx.forget(slot.seq_id, n):  # this memory cannot drop a tail: start from nothing
-        if drafter is not None and hasattr(drafter, "keep_prefix"):
+    if slot.checkpoint is not None and slot.checkpoint[0] > n:
+        slot.checkpoint = None  # of tokens this prompt does not share
+    if not ctx.forget(slot.seq_id, n):  # this memory cannot drop that tail: back to the checkpoint, or nothing
+        cp = slot.checkpoint
+        n = cp[0] if cp is not None and cp[0] > 0 and ctx.restore(slot.seq_id, cp[1], cp[0]) else 0
+        if drafter is not None and hasattr(drafter, "keep_prefix") and not (n and drafter.keep_prefix(slot.seq_id, n)):
             drafter.forget(slot.seq_id)
-        ctx.forget(slot.seq_id)
-        n = 0
+            n = 0
+        if not n:
+            ctx.forget(slot.seq_id)
     slot.cached, slot.cached_drafter = [], None
     return n

@@ -23,6 +23,9 @@ class Slot:
         self.spec: SpecState | None = None
         self.cached: list[int] = []  # tokens whose KV the last request left (prefix.py)
         self.cached_drafter = None  # the drafter whose state also covers them
+        # recurrent memory: (n, a copy of the state after the last prompt's n tokens), so a later prompt
+        # that shares them but not all of `cached` still reuses them (prefix.py)
+        self.checkpoint: tuple[int, object] | None = None
 
     def start(self, req: GenerationRequest, model: Model, max_new: int, spec: SpecState | None = None,
               reused: int = 0) -> None:

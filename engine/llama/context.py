@@ -188,6 +188,17 @@ class Context:
         flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
         return llama_cpp.llama_state_seq_set_data_ext(self.ptr, buf, len(buf), seq_id, flags) > 0
 
+    def restore(self, seq_id: int, state, n: int) -> bool:
+        """Recurrent memory: put the sequence back to its first n positions from `state`, a `state_of`
+        copy taken when it held exactly those: the recurrent state from the copy, the attention
+        cells past n dropped. False (the sequence cleared) if llama.cpp did not take it."""
+        self._last.pop(seq_id, None)  # no snapshot of a decode belongs to the restored state
+        if (self.rollback is None or not self.set_state(seq_id, state)
+                or not llama_cpp.llama_memory_seq_rm(self.memory, seq_id, n, -1) or self.pos_max(seq_id) != n - 1):
+            self.forget(seq_id)
+            return False
+        return True
+
     def pos_max(self, seq_id: int) -> int:
         """The last position of `seq_id` in the KV cache (-1: none)."""
         return int(llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import prefix
 from ..errors import EngineError
 from ..llama.context import Context
 from . import accept, constrain
@@ -196,6 +197,8 @@ class Stepper:
             at = w.rows[-1:]
         s.n_past += w.kept
         w.settled = True
+        if w.kind == "prefill":  # the prompt's last chunk: its state is a prefix a later prompt may share
+            prefix.checkpoint(s, self.ctx)
         if s.req.logprobs:
             s.logprobs_step = token_logprobs(self.ctx, at, w.commit)
 

@@ -126,7 +126,7 @@ def test_one_rollback_per_decode(qwen35):
 
 
 def test_prefix_reuse_on_a_hybrid_model_keeps_only_what_is_exact(qwen35):
-    cfg = EngineConfig(n_ctx=256, n_parallel=1, n_threads=2, spec_mode="off")  # no idle measurement on seq 0
+    cfg = EngineConfig(n_ctx=256, n_parallel=2, n_threads=2)  # the idle cost measurement runs on seq 1
     eng, fresh = Engine(Model(qwen35.path), cfg), Engine(Model(qwen35.path), cfg)
     try:
         first = eng.complete(TOKENS[:30], sampling=GREEDY, max_tokens=8)
@@ -134,7 +134,12 @@ def test_prefix_reuse_on_a_hybrid_model_keeps_only_what_is_exact(qwen35):
         got = eng.complete(longer, sampling=GREEDY, max_tokens=8)
         assert got.usage.cached_tokens == 30 + len(first.tokens) - 1
         assert got.tokens == fresh.complete(longer, sampling=GREEDY, max_tokens=8).tokens
-        other = TOKENS[:20] + TOKENS[80:90]  # shares 20 tokens: the state there is gone, decode it all
+        turn = longer + TOKENS[100:110]  # shares `longer` (the checkpoint at its end), not what followed it
+        eng.complete(longer, sampling=GREEDY, max_tokens=8)
+        got = eng.complete(turn, sampling=GREEDY, max_tokens=8)
+        assert got.usage.cached_tokens == len(longer)  # the state copied at the end of that prompt
+        assert got.tokens == fresh.complete(turn, sampling=GREEDY, max_tokens=8).tokens
+        other = TOKENS[:20] + TOKENS[80:90]  # shares 20 tokens, less than any copy: decode it all
         got = eng.complete(other, sampling=GREEDY, max_tokens=8)
         assert got.usage.cached_tokens == 0
         assert got.tokens == fresh.complete(other, sampling=GREEDY, max_tokens=8).tokens
