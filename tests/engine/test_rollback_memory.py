@@ -21,20 +21,20 @@ GREEDY = SamplingParams(temperature=0)
 TOKENS = [(37 * i + 5) % 49152 for i in range(120)]
 
 
-@pytest.fixture(scope="module")
-def qwen35(tmp_path_factory, model_path):
-    path = write_random_target(tmp_path_factory.mktemp("q") / "tiny-qwen35.gguf", "qwen35", tokenizer_from=model_path)
-    m = Model(path)
+def tiny(tmp_path_factory, model_path, arch: str):
+    m = Model(write_random_target(tmp_path_factory.mktemp(arch) / f"tiny-{arch}.gguf", arch, tokenizer_from=model_path))
     yield m
     m.close()
+
+
+@pytest.fixture(scope="module")
+def qwen35(tmp_path_factory, model_path):
+    yield from tiny(tmp_path_factory, model_path, "qwen35")
 
 
 @pytest.fixture(scope="module")
 def gemma4(tmp_path_factory, model_path):
-    path = write_random_target(tmp_path_factory.mktemp("g") / "tiny-gemma4.gguf", "gemma4", tokenizer_from=model_path)
-    m = Model(path)
-    yield m
-    m.close()
+    yield from tiny(tmp_path_factory, model_path, "gemma4")
 
 
 def context(model, rollback=7) -> Context:
