@@ -175,8 +175,10 @@ class Context:
         return bool(llama_cpp.llama_memory_seq_rm(self.memory, seq_id, p0, -1))
 
     def state_of(self, seq_id: int):
-        """A copy, in host memory, of the sequence's partial state (its recurrent state; a
-        sliding-window cache's cells): what a checkpoint of it costs (bench/rollback_cost.py)."""
+        """A copy, in host memory, of the sequence's partial state (its recurrent state): the
+        prompt-end checkpoint prefix reuse restores (prefix.py), and what bench/rollback_cost.py
+        times as the per-verify checkpoint the engine does not use. Host memory, not the card's:
+        one copy per sequence and request is cheap to move, and VRAM is what a big model lacks."""
         flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
         size = llama_cpp.llama_state_seq_get_size_ext(self.ptr, seq_id, flags)
         buf = (ctypes.c_uint8 * size)()
