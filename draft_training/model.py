@@ -20,6 +20,12 @@ gguf_tools/dflash/write.py's module doc); with their defaults the forward is the
 
 Features are scaled per channel by a fixed `feat_scale` before `fc` (SmolLM2's deep taps
 carry massive activations): export folds it into `fc.weight`, so llama.cpp sees plain fc.
+
+Selector codebooks (`codebooks`): "free" trains the [V, R] tables themselves; "factorised"
+trains projections P [E, R] of the frozen target token embedding, table = emb @ P
+(research/draft-recipe.md §0.1 #4: free rows only learn the few thousand tokens the data
+shows, a projection generalises to every token). Training gathers rows first
+(emb[ids] @ P); export materialises the tables, so the GGUF layout is the same.
 What it is not: the loss (`loss.py`) or the data pipeline. Tests: tests/draft_training/
 test_parity.py compares this module with llama.cpp through the engine.
 """
@@ -34,6 +40,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from gguf_tools.dflash import DraftConfig, tensor_shapes
+
+CODEBOOKS = ("free", "factorised")
+CODEBOOK_TABLES = ("selector_predecessor.weight", "selector_successor.weight")
+
+
+def proj_name(table: str) -> str:
+    """Parameter name of the projection that makes a factorised codebook table."""
+    return table.replace(".weight", ".proj")
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -74,11 +88,18 @@ class DFlashDraft(nn.Module):
     token embedding `emb` [V, E] and output matrix `head` [V or n_keep, E] are frozen buffers."""
 
     def __init__(self, cfg: DraftConfig, emb: np.ndarray, head: np.ndarray, feat_scale: np.ndarray | None = None,
-                 keep_ids: np.ndarray | None = None):
+                 keep_ids: np.ndarray | None = None, codebooks: str = "free"):
         super().__init__()
         cfg.validate()
-        self.cfg = cfg
+        if codebooks not in CODEBOOKS:
+            raise ValueError(f"codebooks {codebooks!r}: use one of {', '.join(CODEBOOKS)}")
+        self.cfg, self.codebooks = cfg, codebooks
         shapes = tensor_shapes(cfg)
+        if codebooks == "factorised":
+            for t in CODEBOOK_TABLES:
+                if t in shapes:
+                    del shapes[t]
+                    shapes[proj_name(t)] = (cfg.n_embd, cfg.selector_rank)
         self.p = nn.ParameterDict({k.replace(".", "__"): nn.Parameter(torch.zeros(s)) for k, s in shapes.items()})
         self.register_buffer("emb", torch.as_tensor(np.asarray(emb, np.float32)), persistent=False)  # [V, E]
         self.keep_ids = None if keep_ids is None else np.asarray(keep_ids, np.int64)
@@ -95,17 +116,48 @@ class DFlashDraft(nn.Module):
         return self.p[name.replace(".", "__")]
 
     def load_numpy(self, tensors: dict[str, np.ndarray]) -> None:
-        """Set every parameter from GGUF-named arrays (d2t / output.weight are not parameters)."""
+        """Set every parameter from GGUF-named arrays (d2t / output.weight are not parameters).
+        With factorised codebooks a table [V, R] is fitted: P = lstsq(emb, table)."""
         with torch.no_grad():
             for k, v in tensors.items():
                 if k in ("d2t", "output.weight"):
                     continue
+                if self.codebooks == "factorised" and k in CODEBOOK_TABLES:
+                    e = self.emb.double().cpu()
+                    fit = torch.linalg.lstsq(e, torch.as_tensor(np.asarray(v, np.float64))).solution  # [E, R]
+                    self.w(proj_name(k)).copy_(fit.float())
+                    continue
                 self.w(k).copy_(torch.as_tensor(np.asarray(v, np.float32)))
 
+    def init_codebooks(self, seed: int) -> None:
+        """Random factorised codebooks whose rows have the scale of `random_tensors`' free ones
+        (entries of variance 1/R): P ~ N(0, 1 / (R * mean |emb row|^2))."""
+        if self.codebooks != "factorised":
+            return
+        g = torch.Generator().manual_seed(seed)
+        r = self.cfg.selector_rank
+        std = 1.0 / math.sqrt(r * float(self.emb.pow(2).sum(-1).mean()))
+        with torch.no_grad():
+            for t in CODEBOOK_TABLES:
+                p = self.w(proj_name(t))
+                p.copy_((torch.randn(p.shape, generator=g) * std).to(p.device))
+
+    def codebook(self, table: str, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ids [...] of a selector codebook table -> [..., R] (a gather, then the projection)."""
+        if self.codebooks == "factorised":
+            return self.emb[ids] @ self.w(proj_name(table))
+        return self.w(table)[ids]
+
     def export_numpy(self) -> dict[str, np.ndarray]:
-        """GGUF-named float32 arrays for `write_dflash_draft`, feat_scale folded into fc."""
+        """GGUF-named float32 arrays for `write_dflash_draft`, feat_scale folded into fc,
+        factorised codebooks materialised as [V, R] tables."""
         out = {k.replace("__", "."): v.detach().float().cpu().numpy().copy() for k, v in self.p.items()}
         out["fc.weight"] = out["fc.weight"] * self.feat_scale.cpu().numpy()[None, :]
+        if self.codebooks == "factorised":
+            with torch.no_grad():
+                for t in CODEBOOK_TABLES:
+                    out[t] = (self.emb @ self.w(proj_name(t))).float().cpu().numpy()
+                    del out[proj_name(t)]
         if self.keep_ids is not None:
             out["d2t"] = self.keep_ids.copy()
             out["output.weight"] = self.head.cpu().numpy().copy()
@@ -113,10 +165,14 @@ class DFlashDraft(nn.Module):
 
     # -- forward ------------------------------------------------------------------------
 
-    def inject(self, feats: torch.Tensor) -> torch.Tensor:
-        """Features [S, L, n_enc] -> g [S, L, E], what the draft's KV rows are computed from."""
+    def inject(self, feats: torch.Tensor, noise: float = 0.0) -> torch.Tensor:
+        """Features [S, L, n_enc] -> g [S, L, E], what the draft's KV rows are computed from.
+        `noise`: sigma of Gaussian noise on the scaled features (unit RMS per channel), training only."""
         c = self.cfg
-        return rms_norm((feats * self.feat_scale) @ self.w("fc.weight").T, self.w("enc.output_norm.weight"), c.rms_eps)
+        x = feats * self.feat_scale
+        if noise > 0:
+            x = x + noise * torch.randn_like(x)
+        return rms_norm(x @ self.w("fc.weight").T, self.w("enc.output_norm.weight"), c.rms_eps)
 
     def hidden(self, g: torch.Tensor, ctx_pos: torch.Tensor, ctx_ok: torch.Tensor,
                tokens: torch.Tensor, anchor_pos: torch.Tensor) -> torch.Tensor:
@@ -194,8 +250,8 @@ class DFlashDraft(nn.Module):
         """Selector scores without the unary term: h [..., E], pred [..., P] and succ [..., K]
         target ids -> [..., P, K] = <selector_predecessor[a] * selector_hidden(h), selector_successor[b]>."""
         gate = h @ self.w("selector_hidden.weight").T  # [..., R]
-        cond = self.w("selector_predecessor.weight")[pred] * gate[..., None, :]  # [..., P, R]
-        return cond @ self.w("selector_successor.weight")[succ].transpose(-1, -2)  # [..., P, K]
+        cond = self.codebook("selector_predecessor.weight", pred) * gate[..., None, :]  # [..., P, R]
+        return cond @ self.codebook("selector_successor.weight", succ).transpose(-1, -2)  # [..., P, K]
 
     def lattice(self, h: torch.Tensor, anchor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """What llama.cpp packs into the lattice, for blocks h [..., B, E] with anchor ids [...]:

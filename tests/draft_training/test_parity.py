@@ -1,6 +1,7 @@
 """Parity: the PyTorch draft of draft_training/model.py against llama.cpp's dflash graph (through
 the engine's DFlashDrafter), on the same features and block, for a full-vocabulary draft and
-a reduced-vocabulary one (`d2t` + its own output rows, together with the selector).
+a reduced-vocabulary one (`d2t` + its own output rows, together with the selector), and one
+with factorised selector codebooks (table = emb @ P, materialised at export).
 
 Tolerance: llama.cpp keeps the draft KV in f16, runs attention on f16 operands and quantizes
 activations to Q8_0 against SmolLM2's Q8_0 head; the PyTorch draft computes in float32. We
@@ -63,20 +64,26 @@ def llama_lattice(model_path, draft_path, cfg, text, anchor_text):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("reduced", [False, True], ids=["full-vocab", "d2t"])
-def test_torch_draft_matches_llama_cpp(model_path, target_tensors, tmp_path, reduced):
+@pytest.mark.parametrize("reduced,codebooks", [(False, "free"), (True, "free"), (True, "factorised")],
+                         ids=["full-vocab", "d2t", "d2t-factorised"])
+def test_torch_draft_matches_llama_cpp(model_path, target_tensors, tmp_path, reduced, codebooks):
     cfg = DraftConfig.for_target(model_path, block_size=WIDTH)
     keep = np.arange(0, cfg.n_vocab, 3, dtype=np.int64) if reduced else None  # every third id
     tensors = random_tensors(cfg, seed=11, conv_std=0.05, keep_ids=keep)
     if reduced:  # the reduced head is the target's own rows, as a trained export ships it
         tensors["output.weight"] = target_tensors.head[keep].copy()
+    draft = DFlashDraft(cfg, target_tensors.emb, target_tensors.head, keep_ids=keep, codebooks=codebooks)
+    draft.load_numpy({k: v for k, v in tensors.items() if k not in ("selector_predecessor.weight",
+                                                                    "selector_successor.weight")
+                      or codebooks == "free"})
+    if codebooks == "factorised":  # the model computes emb[ids] @ P; llama.cpp reads the exported tables
+        draft.init_codebooks(seed=12)
+        tensors = draft.export_numpy()
     path = tmp_path / "draft.gguf"
     write_dflash_draft(path, cfg, tensors, model_path)
     got, feats, toks, anchor = llama_lattice(model_path, path, cfg, "Order 12: forty posters, matte, by Friday for",
                                              " the")
 
-    draft = DFlashDraft(cfg, target_tensors.emb, target_tensors.head, keep_ids=keep)
-    draft.load_numpy(tensors)
     P = len(toks)
     with torch.no_grad():
         g = draft.inject(torch.as_tensor(feats)[None])  # [1, P, E]
