@@ -1,15 +1,24 @@
 """Training a DFlash 2 draft on captured shards: schedule, checkpoints, evaluation, export.
 
-What it is: `Trainer`, which builds a draft for a target (or resumes one from
-`checkpoint.pt`), trains it for a wall-clock budget with AdamW (codebooks at 3x the
-learning rate, warmup then cosine to 10% *over the budget*, so a 2-hour run and a
-10-minute run both anneal), writes a checkpoint every few minutes and at the end (a
-killed run resumes from the last one, with optimizer, schedule position and RNG), and
-measures offline acceptance on held-out sequences. `export` writes the GGUF llama.cpp
-loads. The recipe is DESIGN.md §9's: identity-initialised conv, final norm at 0.2x the
-target's output norm, decay-weighted block CE + selector CE, clip 1.0.
+What it is: `Trainer`, which builds a draft for a target (random, warm-started from the
+target's layers, or continued from an existing draft GGUF: `init_from`), or resumes one from
+`checkpoint.pt`, and trains it with AdamW (codebooks at 3x the learning rate, warmup then
+cosine to 10%). The cosine spans the time budget (v1) or, with `passes`, min(the steps for
+that many passes over the train split's answer anchors, the steps the time budget fits at
+the measured step time). It writes a checkpoint every few minutes and at the end (a killed
+run resumes from the last one, with optimizer, schedule position and RNG; the folder holds
+no absolute paths, so a copy resumes elsewhere), evaluates held-out trajectory tau every
+`eval_every_s` / `eval_every_steps`, keeps the best evaluation's weights in `best.pt` and
+stops after `patience` evaluations without a gain of `min_delta`. `export` writes the GGUF
+llama.cpp loads (the best weights by default).
 
-What it is not: the data capture (`data.py`) or the command line (`cli.py`).
+Recipes: `TrainConfig()` is recipe v2 (research/draft-recipe.md §1.14: KL on the target's
+top-32 + D-PACE weights, factorised codebooks, 2 passes, stop at the plateau); `V1` is the
+recipe of DESIGN.md §9 (decay-weighted CE + selector CE, free codebooks, cosine over the
+budget). Every v2 change is one field, so an A/B turns one on or off alone.
+
+What it is not: the data capture (`data.py`), the batches (`batches.py`) or the command line
+(`cli.py`).
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,10 +38,16 @@ from gguf_tools.dflash import DraftConfig, random_tensors, write_dflash_draft
 from .batches import anchors_of, make_batch, sample_batch
 from .data import Shards
 from .loss import SELECTORS, accepted_lengths, draft_loss, trajectory_tau
-from .model import DFlashDraft
+from .model import CODEBOOK_TABLES, DFlashDraft
 from .target import read_target_tensors
+from .warm_start import read_draft, target_warm_start
 
 CHECKPOINT = "checkpoint.pt"
+BEST = "best.pt"
+WARM_STARTS = ("none", "target")
+RUNTIME_FIELDS = ("threads", "device")  # where a run executes: a resumed run takes these from the caller
+FIT_LOG_STEP = 20  # steps of this process after which the budget's fit is logged from measured step times
+TIMING_SKIP = 3  # first steps of a process not timed (allocation, caches)
 
 
 @dataclass(frozen=True)
@@ -47,15 +62,53 @@ class TrainConfig:
     min_lr_frac: float = 0.1
     weight_decay: float = 0.01
     clip: float = 1.0
-    decay: float = 4.0  # slot weights exp(-(k-1)/decay)
+    position_weights: str = "dpace"  # "decay": exp(-(k-1)/decay); "dpace": D-PACE (loss.py)
+    decay: float = 4.0  # slot weights exp(-(k-1)/decay) with position_weights "decay"
+    dpace_alpha: float = 0.5  # D-PACE floor: q_i = (1 - alpha) exp(-CE_i) + alpha
+    kl_weight: float = 0.5  # weight of the KL to the target's top-k (batches with teacher data); 0 = off
     selector_weight: float = 1.0
+    codebooks: str = "factorised"  # selector codebooks: "free" [V, R] tables, "factorised" emb @ P
+    warm_start: str = "none"  # "target": draft layers from the target's deepest layers (warm_start.py)
+    init_from: str | None = None  # a DFlash 2 draft GGUF to continue (its shape, vocabulary and weights)
+    feature_noise: float = 0.0  # sigma of Gaussian noise on the scaled features in training; 0 = off
+    passes: float | None = 2.0  # schedule sized to this many passes over the train anchors; None = the budget
+    patience: int = 3  # stop after this many evaluations without a gain of min_delta; 0 = never
+    min_delta: float = 0.01  # held-out tau gain (best selector) that counts as progress
+    keep_best: bool = True  # write best.pt at each best evaluation; export it by default
     n_seqs: int = 8  # sequences per batch
     n_anchors: int = 24  # blocks per sequence
     seed: int = 0
     threads: int = 2
+    device: str = "cpu"  # "cuda" puts model, batches and loss on the GPU
     checkpoint_every_s: float = 300.0
-    eval_every_s: float = 900.0
+    eval_every_s: float = 600.0  # 0 = not by time
+    eval_every_steps: int = 0  # 0 = not by steps
     eval_seqs: int = 24
+
+
+# the recipe of DESIGN.md §9, reproducible: every v2 switch off
+V1 = TrainConfig(position_weights="decay", kl_weight=0.0, codebooks="free", passes=None, patience=0,
+                 keep_best=False, eval_every_s=900.0)
+
+
+def config_from_dict(d: dict, runtime: TrainConfig | None = None) -> TrainConfig:
+    """A TrainConfig saved by an older or newer trainer: fields it lacks read as V1 (what that
+    trainer did), fields this one does not know are dropped; RUNTIME_FIELDS from `runtime`."""
+    names = {f.name for f in fields(TrainConfig)}
+    cfg = replace(V1, **{k: v for k, v in d.items() if k in names})
+    if runtime is not None:
+        cfg = replace(cfg, **{k: getattr(runtime, k) for k in RUNTIME_FIELDS})
+    return cfg
+
+
+def train_anchor_count(shards: Shards) -> int:
+    """Answer anchors of the train split (what one pass covers)."""
+    return int(sum(len(anchors_of(*shards.length(sh, q))) for sh, q in shards.seqs["train"]))
+
+
+def steps_for_passes(passes: float, n_anchors_total: int, n_seqs: int, n_anchors: int) -> int:
+    """Steps that visit passes x n_anchors_total anchors at n_seqs x n_anchors per step."""
+    return max(1, math.ceil(passes * n_anchors_total / (n_seqs * n_anchors)))
 
 
 def feature_scale(shards: Shards, n_seqs: int = 64) -> np.ndarray:
@@ -80,6 +133,20 @@ def frequent_ids(shards: Shards, n_keep: int, n_vocab: int) -> np.ndarray:
     return np.sort(order[:n_keep]).astype(np.int64)
 
 
+def _to(batch, device: torch.device):
+    """The batch with every tensor on `device` (fields the batch may not have are left alone)."""
+    if device.type == "cpu":
+        return batch
+    return replace(batch, **{k: v.to(device, non_blocking=True) for k, v in vars(batch).items()
+                             if isinstance(v, torch.Tensor)})
+
+
+def best_tau(ev: dict) -> float:
+    """The best selector's held-out trajectory tau of an evaluation (nan if none)."""
+    vals = [v for v in ev.get("tau", {}).values() if v is not None and math.isfinite(v)]
+    return max(vals) if vals else math.nan
+
+
 class Trainer:
     def __init__(self, target_path: str | os.PathLike, data: str | os.PathLike, out: str | os.PathLike,
                  cfg: TrainConfig = TrainConfig(), *, resume: bool = False, log=print):
@@ -94,58 +161,142 @@ class Trainer:
         ckpt = torch.load(ckpt_path, weights_only=False) if resume and ckpt_path.exists() else None
         if resume and ckpt is None:
             log(f"no checkpoint in {self.out}: starting a new draft")
+        src = None
         if ckpt is not None:
-            cfg = TrainConfig(**ckpt["train_cfg"])
+            cfg = config_from_dict(ckpt["train_cfg"], cfg)
             self.dcfg = DraftConfig(**{**ckpt["draft_cfg"], "target_layers": tuple(ckpt["draft_cfg"]["target_layers"])})
             keep = ckpt["keep_ids"]
             scale = ckpt["feat_scale"]
         else:
+            if cfg.warm_start not in WARM_STARTS:
+                raise ValueError(f"warm_start {cfg.warm_start!r}: use one of {', '.join(WARM_STARTS)}")
+            if cfg.init_from and cfg.warm_start != "none":
+                raise ValueError("init_from continues a draft; warm_start starts one: give one of them")
             taps = tuple(self.shards.manifest["target_layers"])
-            self.dcfg = DraftConfig.for_target(target_path, target_layers=taps, n_layer=cfg.n_layer,
-                                               block_size=cfg.block, selector_rank=cfg.selector_rank)
-            keep = frequent_ids(self.shards, cfg.n_keep, self.dcfg.n_vocab) if cfg.n_keep else None
+            if cfg.init_from:
+                self.dcfg, src = read_draft(cfg.init_from)
+                self.dcfg = replace(self.dcfg, target_n_layer=DraftConfig.for_target(target_path).target_n_layer)
+                if self.dcfg.target_layers != taps or self.dcfg.n_vocab != tt.emb.shape[0]:
+                    raise ValueError(f"{cfg.init_from} taps layers {list(self.dcfg.target_layers)} of a "
+                                     f"{self.dcfg.n_vocab}-token vocabulary; the data holds taps {list(taps)} of "
+                                     f"{tt.emb.shape[0]}: it is no draft of this target and data")
+                keep = src.get("d2t")
+                # the source's shape wins; the config records what was trained (the path by name only:
+                # a checkpoint holds no absolute paths)
+                cfg = replace(cfg, n_layer=self.dcfg.n_layer, block=self.dcfg.block_size,
+                              selector_rank=self.dcfg.selector_rank, n_keep=None if keep is None else len(keep),
+                              init_from=os.path.basename(cfg.init_from))
+            else:
+                self.dcfg = DraftConfig.for_target(target_path, target_layers=taps, n_layer=cfg.n_layer,
+                                                   block_size=cfg.block, selector_rank=cfg.selector_rank)
+                keep = frequent_ids(self.shards, cfg.n_keep, self.dcfg.n_vocab) if cfg.n_keep else None
             scale = feature_scale(self.shards)
         self.cfg = cfg
-        self.model = DFlashDraft(self.dcfg, tt.emb, tt.head, scale, keep)
+        self.device = torch.device(cfg.device)
+        self.model = DFlashDraft(self.dcfg, tt.emb, tt.head, scale, keep, codebooks=cfg.codebooks)
         t2d = np.full(self.dcfg.n_vocab, -1, np.int64)
         t2d[self.model.d2t.numpy()] = np.arange(len(self.model.d2t))
-        self.t2d = torch.from_numpy(t2d)
+        self.t2d = torch.from_numpy(t2d).to(self.device)
         if ckpt is None:
-            init = random_tensors(self.dcfg, cfg.seed)
-            init["output_norm.weight"] = 0.2 * tt.output_norm  # a plain copy starts the CE near 26
-            self.model.load_numpy(init)
+            self._init_weights(tt, scale, src)
+        self.model.to(self.device)
         codebooks = [p for k, p in self.model.p.items() if k.startswith("selector_")]
         rest = [p for k, p in self.model.p.items() if not k.startswith("selector_")]
         self.opt = torch.optim.AdamW([{"params": rest, "lr_mult": 1.0},
                                       {"params": codebooks, "lr_mult": cfg.codebook_lr_mult}],
                                      lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
         self.step, self.elapsed, self.budget_s, self.history = 0, 0.0, None, []
+        self.step_time: float | None = None  # measured seconds per training step (mean after TIMING_SKIP)
+        self.best = {"tau": -math.inf, "step": None, "eval": None, "ref": -math.inf, "stale": 0}
+        self.stopped = None  # why the last run() ended early, in words
         self.rng = np.random.default_rng(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        self.n_train_anchors = train_anchor_count(self.shards)
+        self.pass_steps = (steps_for_passes(cfg.passes, self.n_train_anchors, cfg.n_seqs, cfg.n_anchors)
+                           if cfg.passes else None)
         if ckpt is not None:
             self.model.p.load_state_dict(ckpt["params"])
             self.opt.load_state_dict(ckpt["opt"])
             self.step, self.elapsed, self.budget_s = ckpt["step"], ckpt["elapsed"], ckpt["budget_s"]
             self.history = ckpt["history"]
             self.rng.bit_generator.state = ckpt["rng"]
+            if "torch_rng" in ckpt:
+                torch.set_rng_state(ckpt["torch_rng"])
+            self.step_time = ckpt.get("step_time")
+            self.best.update(ckpt.get("best", {}))
             log(f"resumed at step {self.step} ({self.elapsed / 60:.1f} min trained)")
+        self._timed = [0.0, 0]  # (seconds, steps) measured by this process
+
+    def _init_weights(self, tt, scale: np.ndarray, src: dict | None) -> None:
+        c = self.cfg
+        if src is not None:  # continue a draft: its weights, fc un-folded from this data's feature scale
+            init = {k: v for k, v in src.items() if k not in ("d2t", "output.weight")}
+            init["fc.weight"] = src["fc.weight"] / scale[None, :]
+            self.model.load_numpy(init)
+            return
+        init = random_tensors(self.dcfg, c.seed)
+        init["output_norm.weight"] = 0.2 * tt.output_norm  # a plain copy starts the CE near 26
+        if c.warm_start == "target":
+            init.update(target_warm_start(self.target_path, self.dcfg, scale))
+        if c.codebooks == "factorised":  # random projections, not a fit to random tables
+            init = {k: v for k, v in init.items() if k not in CODEBOOK_TABLES}
+            self.model.init_codebooks(c.seed)
+        self.model.load_numpy(init)
 
     # -- schedule -------------------------------------------------------------------------
 
+    def budget_steps(self) -> int | None:
+        """Steps the time budget fits at the measured step time (None before a measure)."""
+        if not self.budget_s or not self.step_time:
+            return None
+        return self.step + max(0, int((self.budget_s - self.elapsed) / self.step_time))
+
+    def schedule_steps(self) -> int | None:
+        """Steps the cosine spans with `passes`: min(steps for the passes, steps the budget fits)."""
+        cands = [n for n in (self.pass_steps, self.budget_steps()) if n]
+        return min(cands) if cands else None
+
+    @property
+    def passes_done(self) -> float:
+        return self.step * self.cfg.n_seqs * self.cfg.n_anchors / max(self.n_train_anchors, 1)
+
     def lr_factor(self) -> float:
-        if self.step < self.cfg.warmup_steps:
-            return (self.step + 1) / self.cfg.warmup_steps
-        frac = min(self.elapsed / self.budget_s, 1.0) if self.budget_s else 0.0
-        return self.cfg.min_lr_frac + (1 - self.cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac))
+        c = self.cfg
+        if self.step < c.warmup_steps:
+            return (self.step + 1) / c.warmup_steps
+        if c.passes:
+            total = self.schedule_steps()
+            frac = min(self.step / total, 1.0) if total else 0.0
+        else:  # v1: the cosine spans the time budget
+            frac = min(self.elapsed / self.budget_s, 1.0) if self.budget_s else 0.0
+        return c.min_lr_frac + (1 - c.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac))
+
+    def log_fit(self) -> None:
+        """What the time budget fits, so a user sees what the time given buys."""
+        c = self.cfg
+        per_pass = steps_for_passes(1.0, self.n_train_anchors, c.n_seqs, c.n_anchors)
+        if self.budget_s and self.step_time:
+            fit = self.budget_s / self.step_time
+            self.log(f"the budget fits {fit / per_pass:.2f} passes ({int(fit)} steps at {self.step_time:.3f} s/step); "
+                     f"schedule: {self.schedule_steps() or 'the budget'} steps"
+                     + (f" ({c.passes} passes = {self.pass_steps})" if self.pass_steps else ""))
+        else:
+            self.log(f"{self.n_train_anchors} train anchors, {per_pass} steps per pass; schedule: "
+                     + (f"{self.pass_steps} steps ({c.passes} passes), or fewer if the budget fits fewer"
+                        if self.pass_steps else "the time budget") + "; step time not measured yet")
 
     # -- training -------------------------------------------------------------------------
 
     def train_step(self) -> dict:
         c = self.cfg
         b = sample_batch(self.shards, self.rng, "train", c.n_seqs, c.n_anchors, c.block, self.dcfg.mask_token_id)
+        b = _to(b, self.device)
         self.model.train()
-        g = self.model.inject(b.feats)
+        g = self.model.inject(b.feats, noise=c.feature_noise)
         h = self.model.hidden(g, b.ctx_pos, b.ctx_ok, b.tokens, b.anchor_pos)
-        loss, m = draft_loss(self.model, h, b.anchor, b.labels, self.t2d, c.decay, c.selector_weight)
+        loss, m = draft_loss(self.model, h, b.anchor, b.labels, self.t2d, c.decay, c.selector_weight,
+                             position_weights=c.position_weights, dpace_alpha=c.dpace_alpha, kl_weight=c.kl_weight,
+                             teacher_ids=getattr(b, "teacher_ids", None), teacher_lp=getattr(b, "teacher_lp", None))
         f = self.lr_factor()
         for grp in self.opt.param_groups:
             grp["lr"] = c.lr * f * grp["lr_mult"]
@@ -157,39 +308,93 @@ class Trainer:
         m.update(loss=loss.item(), lr=c.lr * f)
         return m
 
+    def _timed_step(self, seconds: float) -> None:
+        """Fold one step's duration into the step-time estimate (re-estimated as the run goes)."""
+        self._timed[1] += 1
+        if self._timed[1] > TIMING_SKIP:
+            self._timed[0] += seconds
+            self.step_time = self._timed[0] / (self._timed[1] - TIMING_SKIP)
+
+    def _done(self) -> str | None:
+        """Why training should end before the budget is spent (None: go on)."""
+        if self.pass_steps and self.step >= self.pass_steps:
+            return f"{self.cfg.passes} passes done ({self.step} steps)"
+        if self.cfg.patience and self.best["stale"] >= self.cfg.patience:
+            return (f"plateau: {self.best['stale']} evaluations without a gain of {self.cfg.min_delta}; "
+                    f"best tau {self.best['tau']} at step {self.best['step']}")
+        return None
+
     def run(self, budget_s: float, progress=None) -> None:
-        """Train until `budget_s` seconds of training in total (a resumed run continues the count)."""
+        """Train until `budget_s` seconds of training in total (a resumed run continues the count),
+        the passes are done, or held-out tau stops improving."""
+        c = self.cfg
         self.budget_s = float(budget_s)  # a resumed run may be given more (or less) time: the schedule follows
+        self.stopped = None
+        self.log_fit()
         last_ckpt = last_eval = time.perf_counter()
+        n_here = 0
         while self.elapsed < self.budget_s:
+            self.stopped = self._done()
+            if self.stopped:
+                break
             t0 = time.perf_counter()
             m = self.train_step()
-            self.elapsed += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            self.elapsed += dt
+            self._timed_step(dt)
+            n_here += 1
+            if n_here == FIT_LOG_STEP:
+                self.log_fit()
             rounded = {k: (v if k == "lr" else round(v, 4)) for k, v in m.items()}
             self.history.append({"step": self.step, "t": round(self.elapsed, 1), **rounded})
             if progress is not None:
                 progress(self, m)
             now = time.perf_counter()
-            if now - last_eval >= self.cfg.eval_every_s:
+            if ((c.eval_every_s and now - last_eval >= c.eval_every_s)
+                    or (c.eval_every_steps and self.step % c.eval_every_steps == 0)):
                 self.history[-1]["eval"] = self.evaluate()
+                self.track(self.history[-1]["eval"])
                 last_eval = time.perf_counter()
-            if now - last_ckpt >= self.cfg.checkpoint_every_s:
+            if now - last_ckpt >= c.checkpoint_every_s:
                 self.save()
                 last_ckpt = now
-        if self.history:  # a run with no step at all has nothing new to evaluate
+        if self.stopped:
+            self.log(f"stopped: {self.stopped}")
+        if self.history and "eval" not in self.history[-1]:  # a run with no step at all has nothing new to evaluate
             self.history[-1]["eval"] = self.evaluate()
+            self.track(self.history[-1]["eval"])
         self.save()
 
-    def save(self) -> None:
-        ckpt = {"params": self.model.p.state_dict(), "opt": self.opt.state_dict(), "step": self.step,
-                "elapsed": self.elapsed, "budget_s": self.budget_s, "history": self.history,
-                "rng": self.rng.bit_generator.state, "train_cfg": asdict(self.cfg), "draft_cfg": self.dcfg.to_dict(),
-                "keep_ids": self.model.keep_ids, "feat_scale": self.model.feat_scale.numpy()}
-        tmp = self.out / (CHECKPOINT + ".tmp")
-        torch.save(ckpt, tmp)
-        os.replace(tmp, self.out / CHECKPOINT)
-        (self.out / "history.json").write_text(json.dumps(self.history))
+    def track(self, ev: dict) -> None:
+        """Keep the best evaluation (best.pt) and count evaluations without a gain of min_delta."""
+        tau = best_tau(ev)
+        if not math.isfinite(tau):
+            return
+        b = self.best
+        if tau > b["tau"]:
+            b.update(tau=tau, step=self.step, eval=ev)
+            if self.cfg.keep_best:
+                self._write(BEST, {"params": self.model.p.state_dict(), "step": self.step, "eval": ev})
+        if tau >= b["ref"] + self.cfg.min_delta:
+            b.update(ref=tau, stale=0)
+        else:
+            b["stale"] += 1
 
+    def _meta(self) -> dict:
+        return {"train_cfg": asdict(self.cfg), "draft_cfg": self.dcfg.to_dict(), "keep_ids": self.model.keep_ids,
+                "feat_scale": self.model.feat_scale.cpu().numpy()}
+
+    def _write(self, name: str, obj: dict) -> None:
+        tmp = self.out / (name + ".tmp")
+        torch.save({**obj, **self._meta()}, tmp)
+        os.replace(tmp, self.out / name)
+
+    def save(self) -> None:
+        self._write(CHECKPOINT, {"params": self.model.p.state_dict(), "opt": self.opt.state_dict(), "step": self.step,
+                                 "elapsed": self.elapsed, "budget_s": self.budget_s, "history": self.history,
+                                 "rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+                                 "step_time": self.step_time, "best": self.best})
+        (self.out / "history.json").write_text(json.dumps(self.history))
     # -- evaluation -----------------------------------------------------------------------
 
     @torch.no_grad()
@@ -214,12 +419,13 @@ class Trainer:
             acc = {s: np.zeros(n, np.int64) for s in SELECTORS}
             for i in range(0, len(anc_all), chunk):
                 anc = anc_all[i:i + chunk]
-                b = make_batch(self.shards, [(sh, q)], [anc], B, self.dcfg.mask_token_id)
+                b = _to(make_batch(self.shards, [(sh, q)], [anc], B, self.dcfg.mask_token_id), self.device)
                 g = self.model.inject(b.feats)
                 h = self.model.hidden(g, b.ctx_pos, b.ctx_ok, b.tokens, b.anchor_pos)[0]  # [A, B, E]
                 cand, scores = self.model.lattice(h, b.anchor[0])
                 unary = self.model.logits(h[:, 1:]).gather(-1, self.t2d[cand])  # [A, T, K] candidates' draft logits
-                got = accepted_lengths(cand.numpy(), scores.numpy(), unary.numpy(), b.labels[0].numpy(), stride)
+                got = accepted_lengths(cand.cpu().numpy(), scores.float().cpu().numpy(), unary.float().cpu().numpy(),
+                                       b.labels[0].cpu().numpy(), stride)
                 for s in SELECTORS:
                     acc[s][anc] = got[s]
             for s in SELECTORS:
@@ -235,7 +441,27 @@ class Trainer:
 
     # -- export ---------------------------------------------------------------------------
 
-    def export(self, path: str | os.PathLike, matrix_dtype: str = "f16", name: str | None = None) -> DraftConfig:
+    def export(self, path: str | os.PathLike, matrix_dtype: str = "f16", name: str | None = None,
+               best: bool | None = None) -> DraftConfig:
+        """Write the draft GGUF: the weights of the best evaluation (best.pt) when `best` (default:
+        cfg.keep_best) and one exists, else the current ones."""
         cfg = replace(self.dcfg, name=name or self.dcfg.name)
-        write_dflash_draft(path, cfg, self.model.export_numpy(), self.target_path, matrix_dtype=matrix_dtype)
+        best_path = self.out / BEST
+        use_best = (self.cfg.keep_best if best is None else best) and best_path.exists()
+        now = None
+        if use_best:
+            now = {k: v.detach().clone() for k, v in self.model.p.state_dict().items()}
+            self.model.p.load_state_dict(torch.load(best_path, weights_only=False)["params"])
+        try:
+            write_dflash_draft(path, cfg, self.model.export_numpy(), self.target_path, matrix_dtype=matrix_dtype)
+        finally:
+            if now is not None:
+                self.model.p.load_state_dict(now)
         return cfg
+
+    @property
+    def best_eval(self) -> dict:
+        """The evaluation of what `export` writes by default (the best one, else the last)."""
+        if self.cfg.keep_best and self.best.get("eval") and (self.out / BEST).exists():
+            return self.best["eval"]
+        return next((h["eval"] for h in reversed(self.history) if "eval" in h), {})
