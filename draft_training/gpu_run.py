@@ -1,0 +1,450 @@
+"""The GPU path (issue 21): on a lent GPU machine, build CUDA llama.cpp, capture millions of
+answer tokens with hundreds of parallel sequences, train on cuda and export the draft, bringing
+back only the draft GGUF in parts of at most 16 MiB and a small JSON report.
+
+What it is: the one script the device calls run (draft_training/GPU.md has the exact calls and
+why there are several). Steps, one per call:
+
+    gpu_run.py prepare   call 1: wheels into .gpu-keep/site, native library, llama.cpp build
+                         started in the background (its own process session, so it outlives
+                         the call), the model parts this call carried put aside
+    gpu_run.py stash     middle calls: put aside the model parts this call carried
+    gpu_run.py run       last call: join the model, wait for the build, then the phases
+                         capture -> train -> export within --minutes, parts into --out
+
+`run --cpu --tiny --target T.gguf --out DIR` does the same phases here on the CPU with the
+installed llama_cpp, at toy sizes (tests/draft_training/test_gpu_run.py).
+
+Time plan: each phase gets the time left times its share of the shares still to come
+(SHARES), so a build that is already done leaves its minutes to capture and training. Capture
+stops at its deadline through capture()'s Ctrl-C path (finished answers are kept); training
+stops by lowering the trainer's budget to the time trained; export always runs.
+
+What it is not: the packing done on the developer's machine (scripts/gpu_pack.py), the
+parts format (parts.py) or the trainer (train.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACK = ROOT / ".gpu"  # what scripts/gpu_pack.py prepared here; carried to the device
+KEEP = ROOT / ".gpu-keep"  # on the device: what one call leaves for the next (never carried)
+MODEL_PARTS = "model"  # sub-folder of PACK (carried parts) and KEEP (parts put aside)
+SITE, NATIVE, BUILD = KEEP / "site", KEEP / "native", KEEP / "build"
+SHARES = {"build": 3.0, "capture": 3.0, "train": 2.5, "export": 0.5}  # minutes in a 9-minute plan
+BACK_PARTS = 6  # files back: at most 8, minus report.json and the parts manifest
+EVAL_RESERVE = 0.15  # share of the train phase kept for the trainer's final evaluation and save
+LLAMA_FLAGS = ("-DGGML_CUDA=on -DGGML_LLAMAFILE=OFF -DGGML_BATCH_INVARIANT=ON -DCMAKE_CUDA_ARCHITECTURES=90 "
+               "-DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF "
+               "-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF")  # FA off: flashdesk runs without it
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"  # as scripts/setup.sh: the pinned AMX kernels crash
+
+
+def _log(msg: str) -> None:
+    print(f"[gpu_run {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Plan:
+    """Deadlines for the phases still to run, from one end time."""
+
+    def __init__(self, minutes: float, phases: list[str]):
+        self.end, self.todo = time.monotonic() + 60.0 * minutes, list(phases)
+
+    def start(self, phase: str) -> float:
+        """Seconds `phase` may take from now."""
+        left = max(self.end - time.monotonic(), 0.0)
+        share = SHARES[phase] / sum(SHARES[p] for p in self.todo)
+        self.todo.remove(phase)
+        return left * share
+
+
+# -- the device's Python environment ------------------------------------------------------
+
+def use_device_paths() -> None:
+    """Import llama_cpp, gguf and flashdesk_native from what `prepare` left in .gpu-keep."""
+    for p in (str(ROOT), str(NATIVE), str(SITE)):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    rest = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(SITE), str(NATIVE), str(ROOT)] + rest)  # spawned workers
+
+
+def install_wheels() -> list[str]:
+    """The carried wheels (gguf, diskcache: KINDS.md's image lacks them) into SITE."""
+    wheels = sorted(glob.glob(str(PACK / "whl" / "*.whl")))
+    if wheels:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                        "--no-cache-dir", "--upgrade", "--target", str(SITE), *wheels], check=True)
+    return [Path(w).name for w in wheels]
+
+
+def build_native() -> Path:
+    """libfdnative with CMake (seconds: plain C), laid out as the flashdesk_native package."""
+    out = NATIVE / "flashdesk_native"
+    out.mkdir(parents=True, exist_ok=True)
+    b = KEEP / "native-build"
+    subprocess.run(["cmake", "-S", str(ROOT / "native"), "-B", str(b), "-DCMAKE_BUILD_TYPE=Release"], check=True,
+                   stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", str(b), "-j"], check=True, stdout=subprocess.DEVNULL)
+    lib = next(b.glob("libfdnative*.so*"))
+    shutil.copy2(lib, out / lib.name)
+    shutil.copy2(ROOT / "native" / "python" / "__init__.py", out / "__init__.py")
+    return out / lib.name
+
+
+def llama_build_script(src: Path) -> str:
+    """The shell commands that build the patched sdist at `src` for CUDA and lay llama_cpp out
+    in SITE. CMake directly, not pip: the build folder stays for a rerun, and the log is plain."""
+    c = BUILD / "cmake"
+    flags = f"{LLAMA_FLAGS} -DCMAKE_C_FLAGS='{NO_AMX}' -DCMAKE_CXX_FLAGS='{NO_AMX}'"
+    return (f"set -e; cmake -S {src} -B {c} -G Ninja -DCMAKE_BUILD_TYPE=Release -DSKBUILD_PLATLIB_DIR={SITE} "
+            f"{flags}; cmake --build {c} -j {os.cpu_count() or 16}; cmake --install {c}; "
+            f"cp -r {src}/llama_cpp/. {SITE}/llama_cpp/")
+
+
+def start_llama_build() -> None:
+    """Unpack the carried sdist and build it in a new process session (it outlives this call;
+    BUILD/rc holds its exit status when done, BUILD/log its output)."""
+    tars = sorted(PACK.glob("llama_cpp_python-*.tar.gz"))
+    if not tars:
+        raise SystemExit(f"no llama_cpp_python-*.tar.gz in {PACK}: run scripts/gpu_pack.py and carry .gpu")
+    BUILD.mkdir(parents=True, exist_ok=True)
+    (BUILD / "rc").unlink(missing_ok=True)
+    shutil.rmtree(BUILD / "src", ignore_errors=True)
+    subprocess.run(["tar", "xzf", str(tars[-1]), "-C", str(BUILD)], check=True)
+    (BUILD / "src").mkdir()
+    src = next(p for p in BUILD.glob("llama_cpp_python-*") if p.is_dir())
+    src = src.rename(BUILD / "src" / src.name)
+    script = f"( {llama_build_script(src)} ) > {BUILD}/log 2>&1; echo $? > {BUILD}/rc"
+    subprocess.Popen(["bash", "-c", script], start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def build_state() -> str:
+    """'done', 'failed (rc N)', 'running' or 'not started'."""
+    rc = BUILD / "rc"
+    if rc.exists():
+        code = rc.read_text().strip()
+        return "done" if code == "0" else f"failed (rc {code})"
+    return "running" if (BUILD / "src").exists() else "not started"
+
+
+def wait_build(seconds: float) -> str:
+    end = time.monotonic() + seconds
+    while build_state() == "running" and time.monotonic() < end:
+        time.sleep(2)
+    return build_state()
+
+
+def stash_parts() -> list[str]:
+    """Move the model parts (and manifest) this call carried to KEEP; returns all put aside."""
+    keep = KEEP / MODEL_PARTS
+    keep.mkdir(parents=True, exist_ok=True)
+    for p in (PACK / MODEL_PARTS).glob("*") if (PACK / MODEL_PARTS).exists() else []:
+        shutil.copy2(p, keep / p.name)
+    return sorted(p.name for p in keep.iterdir())
+
+
+def join_model() -> Path:
+    from draft_training.parts import join
+
+    mans = sorted((KEEP / MODEL_PARTS).glob("*.parts.json"))
+    if not mans:
+        raise SystemExit(f"no model parts manifest in {KEEP / MODEL_PARTS}: this machine is not the one the "
+                         "earlier calls used (it went back). HINT: start again from call 1 (GPU.md).")
+    dest = KEEP / json.loads(mans[0].read_text())["name"]
+    if not dest.exists():
+        join(mans[0], dest)
+    return dest
+
+
+# -- phases ---------------------------------------------------------------------------------
+
+def _fields(cls, **want) -> dict:
+    """The keyword arguments `cls` (a dataclass) has: code that runs before and after a field is added."""
+    have = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in want.items() if k in have}
+
+
+def _overrides(pairs: list[str]) -> dict:
+    """['n_seq=256', 'top_logprobs=0'] -> {'n_seq': 256, 'top_logprobs': 0} (JSON values, else strings)."""
+    out = {}
+    for p in pairs:
+        k, _, v = p.partition("=")
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out
+
+
+def _capture_worker(target: str, prompts: list, out: str, cfg_kw: dict, max_tokens: int, deadline: float) -> None:
+    """One capture process (or the only one): stops at `deadline` (time.time()) through capture()'s
+    Ctrl-C path, which writes every finished answer before it returns."""
+    from draft_training.data import CaptureConfig, capture
+
+    def progress(n: int) -> None:
+        if time.time() >= deadline:
+            raise KeyboardInterrupt
+
+    try:
+        capture(target, prompts, out, CaptureConfig(**cfg_kw), max_answer_tokens=max_tokens, progress=progress)
+    except KeyboardInterrupt:
+        pass
+
+
+def merge_captures(parts: list[Path], dest: Path) -> dict:
+    """Workers' data folders -> one folder Shards reads: shard files renamed in order, the
+    manifest's lists joined and its totals summed."""
+    from draft_training.data import MANIFEST, save_manifest
+
+    dest.mkdir(parents=True, exist_ok=True)
+    merged = None
+    for folder in parts:
+        if not (folder / MANIFEST).exists():
+            continue
+        man = json.loads((folder / MANIFEST).read_text())
+        if merged is None:
+            merged = {**man, "shards": [], "done": []}
+            for k in ("n_tokens", "n_answer_tokens", "n_sampled", "bytes"):
+                if k in merged:
+                    merged[k] = 0
+        for sh in man["shards"]:
+            name = f"shard-{len(merged['shards']):05d}"
+            for f in folder.glob(sh["name"] + ".*"):
+                os.replace(f, dest / (name + f.name[len(sh["name"]):]))
+            merged["shards"].append({**sh, "name": name})
+        merged["done"] += man["done"]
+        for k in ("n_tokens", "n_answer_tokens", "n_sampled", "bytes"):
+            if k in merged:
+                merged[k] += man.get(k, 0)
+        merged["seconds"] = max(merged.get("seconds", 0.0), man.get("seconds", 0.0))
+        if "topk" in merged:
+            merged["topk"] = max(merged["topk"], man.get("topk", 0))
+    if merged is None:
+        raise RuntimeError("no capture worker wrote a manifest")
+    save_manifest(dest, merged)
+    return merged
+
+
+def phase_capture(a, target: str, work: Path, seconds: float) -> dict:
+    from gguf_tools import check_gguf
+    from gguf_tools.dflash import default_target_layers
+
+    from draft_training.prompts import builtin_prompts
+
+    meta = check_gguf(target).metadata
+    taps = default_target_layers(int(meta[f"{meta['general.architecture']}.block_count"]))
+    prompts = builtin_prompts(a.prompts, seed=a.seed)
+    from draft_training.data import CaptureConfig
+
+    cfg_kw = _fields(CaptureConfig, target_layers=taps, n_seq=a.n_seq, max_new=a.max_new, n_batch=a.n_batch,
+                     n_threads=a.threads, **_overrides(a.capture))
+    deadline = time.time() + seconds
+    outs = [work / f"capture-{i}" for i in range(a.workers)]
+    per = -(-a.tokens // a.workers)
+    _log(f"capture: {len(prompts)} prompts, {a.workers} x n_seq {cfg_kw.get('n_seq')}, {a.tokens} answer tokens "
+         f"at most, {seconds:.0f} s")
+    if a.workers == 1:
+        _capture_worker(target, prompts, str(outs[0]), cfg_kw, per, deadline)
+    else:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")  # a fresh llama.cpp and CUDA context per worker
+        procs = [ctx.Process(target=_capture_worker, args=(target, prompts[i::a.workers], str(outs[i]), cfg_kw,
+                                                             per, deadline)) for i in range(a.workers)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+    man = merge_captures(outs, work / "data")
+    return {k: man.get(k) for k in ("n_tokens", "n_answer_tokens", "n_sampled", "bytes", "seconds")} | {
+        "shards": len(man["shards"]), "taps": list(taps), "config": {k: v for k, v in cfg_kw.items()
+                                                                     if k != "chat_template_vars"}}
+
+
+def phase_train(a, target: str, work: Path, seconds: float):
+    from draft_training.train import TrainConfig, Trainer
+
+    kw = _fields(TrainConfig, device=a.device, threads=a.threads, seed=a.seed, **_overrides(a.train))
+    trainer = Trainer(target, work / "data", work / "train", TrainConfig(**kw), log=_log)
+    wall_end = time.monotonic() + seconds * (1 - EVAL_RESERVE)
+
+    def stop_on_time(t, m) -> None:
+        if time.monotonic() >= wall_end:  # the loop ends at its next check; final eval and save still run
+            t.budget_s = t.elapsed
+
+    _log(f"train: {seconds:.0f} s on {kw.get('device', 'cpu')}")
+    trainer.run(seconds * (1 - EVAL_RESERVE), progress=stop_on_time)
+    last = trainer.history[-1] if trainer.history else {}
+    return trainer, {"steps": trainer.step, "seconds": round(trainer.elapsed, 1), "config": kw,
+                     "last": {k: v for k, v in last.items() if k != "eval"}, "eval": last.get("eval")}
+
+
+def phase_export(trainer, target: str, out: Path, work: Path) -> dict:
+    from draft_training.parts import split
+    from engine.llama.model import Model
+    from engine.speculative.drafters.dflash import inspect_draft
+
+    draft = work / "draft.gguf"
+    trainer.export(draft, name=f"flashdesk DFlash2 draft for {Path(target).stem} (GPU run)")
+    m = Model(target, n_gpu_layers=0)  # a metadata check: no GPU memory needed
+    try:
+        info = inspect_draft(str(draft), m)
+    finally:
+        m.close()
+    files = split(draft, out, max_parts=BACK_PARTS)
+    return {"bytes": draft.stat().st_size, "parts": [p.name for p in files], "block_size": info.block_size,
+            "top_k": info.top_k, "target_layers": list(info.target_layers)}
+
+
+def _facts() -> dict:
+    out = {"python": sys.version.split()[0]}
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+        out["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except ImportError:
+        pass
+    try:
+        import llama_cpp
+
+        out["llama_system_info"] = llama_cpp.llama_print_system_info().decode(errors="replace")
+    except Exception as e:  # a report field only
+        out["llama_system_info"] = f"unavailable: {e}"
+    return out
+
+
+def cmd_run(a) -> int:
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report: dict = {"args": vars(a), "phases": {}, "started": time.time()}
+    plan = Plan(a.minutes, ([] if a.cpu else ["build"]) + ["capture", "train", "export"])
+
+    def done(name: str, t0: float, budget: float, **facts) -> None:
+        report["phases"][name] = {"seconds": round(time.monotonic() - t0, 1), "budget_s": round(budget, 1), **facts}
+        (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+
+    try:
+        if a.cpu:
+            target = a.target
+        else:
+            use_device_paths()
+            stash_parts()
+            target = str(join_model())
+            t0, budget = time.monotonic(), plan.start("build")
+            state = wait_build(budget)
+            done("build", t0, budget, state=state)
+            if state != "done":
+                raise RuntimeError(f"llama.cpp build {state}; its log: {BUILD / 'log'}")
+        work = Path(a.work) if a.work else (KEEP / "work" if not a.cpu else out / "work")
+        shutil.rmtree(work, ignore_errors=True)  # one run's data: a resumed capture would mix settings
+        report["facts"] = _facts()
+        t0, budget = time.monotonic(), plan.start("capture")
+        done("capture", t0, budget, **phase_capture(a, target, work, budget))
+        t0, budget = time.monotonic(), plan.start("train")
+        trainer, facts = phase_train(a, target, work, budget)
+        done("train", t0, budget, **facts)
+        t0, budget = time.monotonic(), plan.start("export")
+        done("export", t0, budget, **phase_export(trainer, target, out, work))
+        report["ok"] = True
+    except BaseException as e:  # the report says what broke, then the error goes on
+        report["ok"], report["error"] = False, f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        report["seconds"] = round(time.time() - report["started"], 1)
+        (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+        if a.cpu and a.work is None:  # only the parts and the report stay in OUT
+            shutil.rmtree(out / "work", ignore_errors=True)
+    _log(f"done in {report['seconds']} s: {json.dumps(report['phases'], default=str)[:2000]}")
+    return 0
+
+
+def cmd_prepare(a) -> int:
+    KEEP.mkdir(exist_ok=True)
+    _log(f"wheels: {install_wheels()}")
+    _log(f"model parts put aside: {stash_parts()}")
+    _log(f"native library: {build_native()}")
+    start_llama_build()
+    if a.wait:
+        _log(f"llama.cpp build: {wait_build(600)}")
+    else:
+        _log(f"llama.cpp build started in the background: {BUILD / 'log'}")
+    return 0
+
+
+def cmd_stash(a) -> int:
+    _log(f"model parts put aside: {stash_parts()}; llama.cpp build {build_state()}")
+    log = BUILD / "log"
+    if log.exists():
+        print("".join(log.read_text(errors="replace").splitlines(True)[-5:]), flush=True)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="draft_training/gpu_run.py", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare", help="call 1: wheels, native library, build started, model part put aside")
+    p.add_argument("--wait", action="store_true", help="wait for the llama.cpp build (at most 10 min)")
+    p.set_defaults(func=cmd_prepare)
+    sub.add_parser("stash", help="a middle call: put the carried model part aside").set_defaults(func=cmd_stash)
+    r = sub.add_parser("run", help="the last call: capture, train, export into --out")
+    r.add_argument("--out", required=True, help="folder for the draft's parts and report.json ($OUT)")
+    r.add_argument("--minutes", type=float, default=8.0, help="total time plan of this call")
+    r.add_argument("--cpu", action="store_true", help="no build, no device folders: the installed llama_cpp")
+    r.add_argument("--tiny", action="store_true", help="toy sizes for a CPU check (prompts, answers, sequences)")
+    r.add_argument("--target", help="target GGUF (--cpu); on the device the joined carried model")
+    r.add_argument("--work", help="folder for captured data and checkpoints (default: .gpu-keep/work; --cpu: "
+                                  "OUT/work, removed at the end)")
+    r.add_argument("--prompts", type=int, default=40000, help="built-in prompts to draw")
+    r.add_argument("--tokens", type=int, default=4_000_000, help="answer tokens to capture at most (disk: "
+                                                                 "about 8 GB per million with prompts)")
+    r.add_argument("--workers", type=int, default=4, help="capture processes (each up to 256 sequences)")
+    r.add_argument("--n-seq", type=int, default=256, help="sequences per capture process (llama.cpp max 256)")
+    r.add_argument("--n-batch", type=int, default=1024)
+    r.add_argument("--max-new", type=int, default=288)
+    r.add_argument("--threads", type=int, default=4)
+    r.add_argument("--device", default="cuda")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--capture", nargs="*", default=[], metavar="FIELD=VALUE", help="more CaptureConfig fields")
+    r.add_argument("--train", nargs="*", default=[], metavar="FIELD=VALUE", help="more TrainConfig fields")
+    r.set_defaults(func=cmd_run)
+    return ap
+
+
+TINY = {"prompts": 6, "tokens": 400, "workers": 1, "n_seq": 3, "n_batch": 256, "max_new": 20, "threads": 2,
+        "device": "cpu"}
+TINY_TRAIN = ["n_keep=512", "n_seqs=2", "n_anchors=4", "eval_seqs=2", "warmup_steps=2", "checkpoint_every_s=1e9",
+              "eval_every_s=1e9", "passes=null", "patience=0"]
+TINY_CAPTURE = ["shard_tokens=150", "val_every=3"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    if a.cmd == "run":
+        if a.cpu and not a.target:
+            raise SystemExit("--cpu needs --target")
+        if a.tiny:  # toy sizes unless given: flags given on the command line win
+            given = set(argv if argv is not None else sys.argv[1:])
+            for k, v in TINY.items():
+                if f"--{k.replace('_', '-')}" not in given:
+                    setattr(a, k, v)
+            a.train, a.capture = TINY_TRAIN + a.train, TINY_CAPTURE + a.capture
+    return a.func(a)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))  # run as a file: the repository's packages
+    sys.exit(main())
