@@ -106,8 +106,12 @@ def test_capture_resumes_and_refuses(model_path, captured, tmp_path):
 
 def test_looping_detector():
     assert looping([1, 2, 3] * 30)
+    assert looping(list(range(50)) + list(range(100, 116)) * 3)  # a 16-token span, the third time
+    assert not looping(list(range(50)) + list(range(100, 116)) * 2)  # twice is no loop yet
+    assert not looping(list(range(100, 117)) * 3)  # a span longer than 16
     assert not looping(list(range(100)))
-    assert not looping([5] * 40)  # shorter than the window
+    assert not looping([7] + [0] * 6 + [5])  # the digits of 7000000 are no loop
+    assert looping([5] * 40) and not looping([5] * 23)  # short spans must cover loop_min tokens
 
 
 def test_batches_follow_the_engine(captured):
