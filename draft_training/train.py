@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gguf_tools import check_gguf
 from gguf_tools.dflash import DraftConfig, random_tensors, write_dflash_draft
 
 from .batches import anchors_of, make_batch, sample_batch
@@ -175,7 +176,8 @@ class Trainer:
             taps = tuple(self.shards.manifest["target_layers"])
             if cfg.init_from:
                 self.dcfg, src = read_draft(cfg.init_from)
-                self.dcfg = replace(self.dcfg, target_n_layer=DraftConfig.for_target(target_path).target_n_layer)
+                meta = check_gguf(target_path).metadata
+                self.dcfg = replace(self.dcfg, target_n_layer=int(meta[f"{meta['general.architecture']}.block_count"]))
                 if self.dcfg.target_layers != taps or self.dcfg.n_vocab != tt.emb.shape[0]:
                     raise ValueError(f"{cfg.init_from} taps layers {list(self.dcfg.target_layers)} of a "
                                      f"{self.dcfg.n_vocab}-token vocabulary; the data holds taps {list(taps)} of "
@@ -458,6 +460,16 @@ class Trainer:
             if now is not None:
                 self.model.p.load_state_dict(now)
         return cfg
+
+    def report(self) -> dict:
+        """The "train" part of report.json (card.py renders it)."""
+        if self.device.type == "cuda":
+            hw = f"GPU {torch.cuda.get_device_name(self.device)}"
+        else:
+            hw = f"CPU ({self.cfg.threads} threads)"
+        return {"steps": self.step, "seconds": round(self.elapsed), "passes_done": round(self.passes_done, 3),
+                "hardware": hw, "stopped": self.stopped, "best_step": self.best.get("step") if self.cfg.keep_best
+                else None, "config": asdict(self.cfg), "draft_config": self.dcfg.to_dict()}
 
     @property
     def best_eval(self) -> dict:
