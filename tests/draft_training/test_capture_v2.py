@@ -250,3 +250,29 @@ def test_several_folders_read_as_one(v2, tmp_path):
     (foreign / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(ValueError, match="target_layers"):
         Shards([out, foreign])
+
+
+def test_pre_query_keeps_the_templates_system_prompt(model_path):
+    from draft_training.self_prompts import pre_query
+    from engine.llama.chat_template import ChatTemplate
+
+    m = Model(model_path)
+    try:
+        t = ChatTemplate(m)
+        head = pre_query(t)
+        assert t.render([{"role": "user", "content": "Hi there"}]).startswith(head + "Hi there")
+        assert "system" in head and head.rstrip().endswith("user")  # SmolLM2's default system turn, then the user's
+    finally:
+        m.close()
+
+
+@pytest.mark.timeout(600)
+def test_self_prompts_are_deterministic_whatever_the_batching(model_path):
+    from draft_training.self_prompts import self_prompts
+
+    a = self_prompts(model_path, 2, seed=3, zh_share=0.0, n_seq=4, max_tokens=48)
+    b = self_prompts(model_path, 2, seed=3, zh_share=0.0, n_seq=2, max_tokens=48)
+    assert a == b and len(a) == 2
+    for p in a:
+        assert p["category"] == "self" and p["lang"] == "en" and p["messages"][0]["role"] == "user"
+        assert len(p["messages"][0]["content"]) >= 16
