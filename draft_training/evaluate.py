@@ -22,12 +22,13 @@ GREEDY = SamplingParams(temperature=0)
 
 def online_eval(target_path: str | os.PathLike, draft_path: str | os.PathLike, prompts: list[dict], *,
                 block: int = 8, max_tokens: int = 128, selectors=SELECTORS, threads: int = 2, progress=None) -> dict:
-    """prompts: {"messages", optional "max_tokens"}. Returns {"selectors": {name: {...}}, "n_prompts",
-    "mismatches": [(prompt index, selector)]}."""
+    """prompts: {"messages", optional "max_tokens", optional "category"}. Returns {"selectors": {name:
+    {...}}, "categories": {category: {selector: tau}}, "n_prompts", "mismatches": [(prompt index, selector)]}."""
     eng = Engine.load(str(target_path), EngineConfig(n_ctx=2048, n_parallel=1, n_threads=threads,
                                                      draft=str(draft_path)))
     acc = {s: {"verifies": 0, "committed": 0, "accepted_at": [0] * (block - 1), "drafted_at": [0] * (block - 1)}
            for s in selectors}
+    by_cat: dict[str, dict[str, list[int]]] = {}  # category -> selector -> [verifies, committed]
     mismatches = []
     try:
         if "dflash" not in eng.drafters:
@@ -45,6 +46,9 @@ def online_eval(target_path: str | os.PathLike, draft_path: str | os.PathLike, p
                 a = acc[s]
                 a["verifies"] += st.get("verifies", 0)
                 a["committed"] += st.get("accepted", 0) + st.get("verifies", 0)
+                tally = by_cat.setdefault(p.get("category", "all"), {}).setdefault(s, [0, 0])
+                tally[0] += st.get("verifies", 0)
+                tally[1] += st.get("accepted", 0) + st.get("verifies", 0)
                 for k, (x, d) in enumerate(zip(st.get("accepted_at", []), st.get("drafted_at", []))):
                     if k < block - 1:
                         a["accepted_at"][k] += x
@@ -60,7 +64,8 @@ def online_eval(target_path: str | os.PathLike, draft_path: str | os.PathLike, p
                 if (a["accepted_at"][k - 1] if k else a["drafted_at"][0]) else 0.0 for k in range(block - 1)]
         out[s] = {"tau": round(a["committed"] / a["verifies"], 3) if a["verifies"] else 0.0,
                   "verifies": a["verifies"], "slot_accept": cond}
-    return {"selectors": out, "n_prompts": len(prompts), "block": block, "mismatches": mismatches}
+    cats = {cat: {s: round(c / v, 3) if v else 0.0 for s, (v, c) in sel.items()} for cat, sel in by_cat.items()}
+    return {"selectors": out, "categories": cats, "n_prompts": len(prompts), "block": block, "mismatches": mismatches}
 
 
 def plot_acceptance(path: str | os.PathLike, curves: dict[str, list[float]], title: str) -> None:

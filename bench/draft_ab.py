@@ -1,0 +1,104 @@
+"""Draft-recipe A/B: train several variants of the draft on the same data at the same time and
+compare their held-out trajectory tau.
+
+Each arm is one `TrainConfig` change against the first arm (the base). All arms start together,
+one process and one thread each, with the same seed (so the same batches in the same order
+where the change does not alter sampling) and the same wall-clock budget: they share the
+machine's noise, which on a busy 2-core machine is the only fair way to alternate them. Each
+arm ends with the trainer's held-out evaluation (the same validation sequences for all); the
+report gives per arm the steps done, the best and final offline tau per selector, and the
+difference to the base. JSON: bench/out/draft_ab.json (or --out).
+
+    .venv/bin/python bench/draft_ab.py --data DIR [DIR ...] --minutes 20 \\
+        --arm base '{}' --arm kl '{"kl_weight": 0.5}' --arm dpace '{"position_weights": "dpace"}'
+
+The overrides are TrainConfig fields (draft_training/train.py). What it is not: a speed
+benchmark (bench/spec.py) or an online evaluation (draft_training/evaluate.py does that for the
+draft a run ships).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.common import drop_callers_settings, test_home  # noqa: E402
+
+drop_callers_settings()
+
+
+def run_arm(target: str, data: list[str], work: Path, overrides: dict, minutes: float, eval_seqs: int) -> dict:
+    """One arm in this process: train for `minutes`, then report the evaluations."""
+    from draft_training.train import TrainConfig, Trainer
+
+    cfg = TrainConfig(**{"threads": 1, "eval_seqs": eval_seqs, **overrides})
+    t = Trainer(target, data if len(data) > 1 else data[0], work, cfg, log=lambda m: print(m, flush=True))
+    t0 = time.perf_counter()
+    t.run(minutes * 60)
+    evals = [{"step": h["step"], "t": h["t"], "tau": h["eval"]["tau"]} for h in t.history if h.get("eval")]
+    best = max(evals, key=lambda e: max(e["tau"].values()), default=None)
+    return {"steps": t.step, "train_s": round(t.elapsed), "wall_s": round(time.perf_counter() - t0),
+            "evals": evals, "final": evals[-1]["tau"] if evals else {}, "best": best}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", help="target .gguf (default: the test model SmolLM2-135M Q4_1)")
+    ap.add_argument("--data", nargs="+", required=True, help="captured data folder(s)")
+    ap.add_argument("--arm", nargs=2, action="append", metavar=("NAME", "JSON"), required=True,
+                    help="an arm: its name and its TrainConfig overrides as JSON; the first is the base")
+    ap.add_argument("--minutes", type=float, default=20.0, help="training time of every arm")
+    ap.add_argument("--eval-seqs", type=int, default=48, help="held-out sequences every arm is evaluated on")
+    ap.add_argument("--work", default=str(ROOT / "bench" / "out" / "draft_ab"), help="arms' checkpoints")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "draft_ab.json"))
+    ap.add_argument("--one", nargs=2, metavar=("NAME", "JSON"), help=argparse.SUPPRESS)  # an arm's own process
+    a = ap.parse_args()
+    target = a.target or str(test_home() / "models" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    work = Path(a.work)
+    if a.one:
+        name, over = a.one
+        res = run_arm(target, a.data, work / name, json.loads(over), a.minutes, a.eval_seqs)
+        (work / f"{name}.json").write_text(json.dumps(res, indent=1))
+        return 0
+    names = [n for n, _ in a.arm]
+    if len(set(names)) != len(names):
+        ap.error("arm names must differ")
+    for _, over in a.arm:
+        json.loads(over)  # a typo fails here, before any arm starts
+    work.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for name, over in a.arm:
+        log = open(work / f"{name}.log", "w")
+        cmd = [sys.executable, __file__, "--target", target, "--data", *a.data, "--minutes", str(a.minutes),
+               "--eval-seqs", str(a.eval_seqs), "--work", str(work), "--arm", name, over, "--one", name, over]
+        procs.append((name, over, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
+    results = {}
+    for name, over, p, log in procs:
+        rc = p.wait()
+        log.close()
+        res_path = work / f"{name}.json"
+        results[name] = {"overrides": json.loads(over), "rc": rc,
+                         **(json.loads(res_path.read_text()) if rc == 0 and res_path.exists() else {})}
+    base = results[names[0]].get("final", {})
+    print(f"{'arm':<14}{'steps':>7}  " + "  ".join(f"{s:>14}" for s in base) + "   (final offline tau, delta to base)")
+    for name in names:
+        r = results[name]
+        if r["rc"] != 0:
+            print(f"{name:<14} failed (rc {r['rc']}): see {work / (name + '.log')}")
+            continue
+        cells = [f"{v:6.3f} ({v - base.get(s, v):+.3f})" for s, v in r["final"].items()]
+        print(f"{name:<14}{r['steps']:>7}  " + "  ".join(f"{c:>14}" for c in cells))
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps({"minutes": a.minutes, "data": a.data, "arms": results}, indent=1))
+    print(f"wrote {a.out}")
+    return 0 if all(r["rc"] == 0 for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
