@@ -47,23 +47,33 @@ def manifest_path(out_dir: str | os.PathLike, name: str) -> Path:
     return Path(out_dir) / (name + MANIFEST_SUFFIX)
 
 
+def part_sizes(size: int, max_bytes: int, first_bytes: int | None = None) -> list[int]:
+    """The fewest part sizes of at most `max_bytes` (the first at most `first_bytes`, when given:
+    a call that carries other things beside it), the rest of nearly equal size."""
+    if max_bytes <= 0 or (first_bytes is not None and first_bytes <= 0):
+        raise PartsError(f"part sizes must be positive, got {max_bytes} and {first_bytes}")
+    first = [] if first_bytes is None or size <= first_bytes else [first_bytes]
+    rest = size - sum(first)
+    n = max(1, math.ceil(rest / max_bytes))
+    each = math.ceil(rest / n)  # equal parts: the last one is never a sliver
+    return first + [min(each, rest - i * each) for i in range(n)]
+
+
 def split(path: str | os.PathLike, out_dir: str | os.PathLike, max_bytes: int = MAX_BYTES,
-          max_parts: int = MAX_PARTS) -> list[Path]:
-    """Cut `path` into the fewest parts of at most `max_bytes`, of nearly equal size; returns
-    the part files (the manifest, `NAME.parts.json`, is written beside them)."""
+          max_parts: int = MAX_PARTS, first_bytes: int | None = None) -> list[Path]:
+    """Cut `path` into the fewest parts of at most `max_bytes` (see `part_sizes`); returns the
+    part files (the manifest, `NAME.parts.json`, is written beside them)."""
     path, out_dir = Path(path), Path(out_dir)
     size = path.stat().st_size
-    if max_bytes <= 0:
-        raise PartsError(f"max_bytes must be positive, got {max_bytes}")
-    n = max(1, math.ceil(size / max_bytes))
+    sizes = part_sizes(size, max_bytes, first_bytes)
+    n = len(sizes)
     if n > max_parts:
         raise PartsError(f"{path.name} is {size} bytes: {n} parts of at most {max_bytes} bytes would be needed, "
                          f"more than the {max_parts} allowed. HINT: a smaller file, or larger parts.")
-    each = math.ceil(size / n)  # equal parts: the last one is never a sliver
     out_dir.mkdir(parents=True, exist_ok=True)
     whole, parts, entries = hashlib.sha256(), [], []
     with open(path, "rb") as src:
-        for i in range(n):
+        for i, each in enumerate(sizes):
             part = out_dir / f"{path.name}.part-{i + 1}-of-{n}"
             h, left = hashlib.sha256(), each
             with open(part, "wb") as dst:
