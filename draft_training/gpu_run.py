@@ -233,7 +233,8 @@ def merge_captures(parts: list[Path], dest: Path) -> dict:
         if "topk" in merged:
             merged["topk"] = max(merged["topk"], man.get("topk", 0))
     if merged is None:
-        raise RuntimeError("no capture worker wrote a manifest")
+        raise RuntimeError("no capture worker finished an answer before the capture deadline (a worker writes "
+                           "its first shard only then). HINT: more --minutes, or fewer --workers on a slow machine")
     save_manifest(dest, merged)
     return merged
 
