@@ -109,6 +109,7 @@ def llama_build_script(src: Path) -> str:
     c = BUILD / "cmake"
     flags = f"{LLAMA_FLAGS} -DCMAKE_C_FLAGS='{NO_AMX}' -DCMAKE_CXX_FLAGS='{NO_AMX}'"
     return (f"set -e; cmake -S {src} -B {c} -G Ninja -DCMAKE_BUILD_TYPE=Release -DSKBUILD_PLATLIB_DIR={SITE} "
+            f"-DCMAKE_INSTALL_PREFIX={BUILD}/prefix "
             f"{flags}; cmake --build {c} -j {os.cpu_count() or 16}; cmake --install {c}; "
             f"cp -r {src}/llama_cpp/. {SITE}/llama_cpp/")
 
