@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[0] = str(ROOT)  # not bench/: its profile.py would shadow the stdlib's, which torch imports
 from bench.common import drop_callers_settings, test_home  # noqa: E402
 
 drop_callers_settings()
@@ -43,7 +43,8 @@ def run_arm(target: str, data: list[str], work: Path, overrides: dict, minutes: 
     t.run(minutes * 60)
     evals = [{"step": h["step"], "t": h["t"], "tau": h["eval"]["tau"]} for h in t.history if h.get("eval")]
     best = max(evals, key=lambda e: max(e["tau"].values()), default=None)
-    return {"steps": t.step, "train_s": round(t.elapsed), "wall_s": round(time.perf_counter() - t0),
+    start = (t.best.get("start") or {}).get("tau")  # an arm that continues a draft: that draft's tau
+    return {"start": start, "steps": t.step, "train_s": round(t.elapsed), "wall_s": round(time.perf_counter() - t0),
             "evals": evals, "final": evals[-1]["tau"] if evals else {}, "best": best}
 
 

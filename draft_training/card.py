@@ -71,6 +71,9 @@ def model_card(report: dict, notes: str = "") -> str:
         "| tau | " + " | ".join(SELECTORS) + " |",
         "|---" * (len(SELECTORS) + 1) + "|",
     ]
+    start = t.get("start_eval") or {}
+    if start.get("tau"):
+        lines.append(_row(f"offline, {tc.get('init_from')} before training", start["tau"]))
     if off.get("tau"):
         lines.append(_row(f"offline, {off.get('n_seqs')} held-out sequences", off["tau"]))
     if on.get("selectors"):

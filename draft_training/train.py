@@ -333,6 +333,11 @@ class Trainer:
         self.budget_s = float(budget_s)  # a resumed run may be given more (or less) time: the schedule follows
         self.stopped = None
         self.log_fit()
+        if self.step == 0 and self.cfg.init_from and self.best.get("start") is None:
+            # a continued draft is measured before it moves: best.pt starts as the draft it
+            # continues, so a run that does not beat it exports it unchanged, never a worse one
+            self.best["start"] = self.evaluate()
+            self.track(self.best["start"])
         last_ckpt = last_eval = time.perf_counter()
         n_here = 0
         while self.elapsed < self.budget_s:
@@ -469,7 +474,8 @@ class Trainer:
             hw = f"CPU ({self.cfg.threads} threads)"
         return {"steps": self.step, "seconds": round(self.elapsed), "passes_done": round(self.passes_done, 3),
                 "hardware": hw, "stopped": self.stopped, "best_step": self.best.get("step") if self.cfg.keep_best
-                else None, "config": asdict(self.cfg), "draft_config": self.dcfg.to_dict()}
+                else None, "start_eval": self.best.get("start"), "config": asdict(self.cfg),
+                "draft_config": self.dcfg.to_dict()}
 
     @property
     def best_eval(self) -> dict:

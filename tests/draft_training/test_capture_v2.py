@@ -19,15 +19,10 @@ from draft_training.data import (CaptureConfig, Shards, add_topk, capture, deriv
                                  top_logprobs)
 from engine.llama.context import Context, ContextConfig  # noqa: E402
 from engine.llama.model import Model  # noqa: E402
+from tests.draft_training.tiny import PROMPTS as ALL_PROMPTS, TAPS  # noqa: E402
 
-TAPS = (2, 9, 15, 21, 28)
 KT = 32
-PROMPTS = [{"id": f"p{i}", "messages": [{"role": "user", "content": c}]} for i, c in enumerate([
-    "Write a work order: 300 flyers, A5, glossy, due Monday.",
-    "請回覆客戶：訂單會延遲兩天。",
-    "What is 15% of 240?",
-    "Give a Python function that sums a list of prices.",
-])]
+PROMPTS = ALL_PROMPTS[:4]
 MORE = [{"id": "p9", "messages": [{"role": "user", "content": "Quote 40 mugs with our logo."}]}]
 V2 = CaptureConfig(target_layers=TAPS, n_seq=3, max_new=16, shard_tokens=150, val_every=3, top_logprobs=KT,
                    samples=1, temperature=0.6, sample_seed=1)

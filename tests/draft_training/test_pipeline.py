@@ -24,16 +24,8 @@ from engine.llama.context import Context, ContextConfig  # noqa: E402
 from engine.llama.model import Model  # noqa: E402
 from engine.llama import ext  # noqa: E402
 from engine.speculative.drafters.dflash import inspect_draft  # noqa: E402
+from tests.draft_training.tiny import PROMPTS, SHIPPED, TAPS  # noqa: E402
 
-TAPS = (2, 9, 15, 21, 28)
-PROMPTS = [{"id": f"p{i}", "messages": [{"role": "user", "content": c}]} for i, c in enumerate([
-    "Write a work order: 300 flyers, A5, glossy, due Monday.",
-    "請回覆客戶：訂單會延遲兩天。",
-    "What is 15% of 240?",
-    "Give a Python function that sums a list of prices.",
-    "Reply to Lin Metalworks: their brackets ship tomorrow.",
-    "Summarise: the press broke, we fixed it, orders are on time.",
-])]
 TINY = TrainConfig(n_keep=512, n_seqs=2, n_anchors=4, eval_seqs=2, warmup_steps=2, checkpoint_every_s=1e9,
                    eval_every_s=1e9)
 
@@ -147,9 +139,12 @@ def test_train_resume_export_lossless(model_path, captured, tmp_path):
     info = inspect_draft(str(path), target)
     target.close()
     assert info.n_vocab_draft == 512 and info.block_size == TINY.block
-    res = online_eval(model_path, path, PROMPTS[:2], block=TINY.block, max_tokens=16, selectors=("walk", "top1"))
+    evp = [{**PROMPTS[0], "category": "work order"}, {**PROMPTS[1], "category": "zh reply"}]
+    res = online_eval(model_path, path, evp, block=TINY.block, max_tokens=16, selectors=("walk", "top1"))
     assert res["mismatches"] == []  # lossless with a (barely) trained draft
     assert all(s["verifies"] > 0 for s in res["selectors"].values())
+    assert set(res["categories"]) == {"work order", "zh reply"}
+    assert all(set(c) == {"walk", "top1"} and min(c.values()) >= 1.0 for c in res["categories"].values())
 
 
 @pytest.mark.timeout(600)
@@ -172,6 +167,33 @@ def test_train_draft_command(model_path, tmp_path):
     assert main(args) == 2  # the work folder holds a run: refuse without --resume
     resumed = [x for x in args if x not in ("--eval-prompts", str(evp))] + ["--resume"]
     assert main(resumed) == 0  # resume: nothing left to capture, the budget is spent: evaluate and export again
+
+
+@pytest.mark.timeout(600)
+def test_train_draft_continues_a_draft(model_path, tmp_path):
+    """`--init-from` continues a draft: measured before it moves (start_eval), the card says so;
+    with self-written prompts (kept for a resume) and sampled answers in the mix."""
+    from server.cli import main
+
+    home = ["--home", str(tmp_path / "home"), "train-draft", "--target", model_path]
+    assert main(home + ["--work", str(tmp_path / "none"), "--init-from", "paired"]) == 2  # a bare file: none paired
+    assert main(home + ["--work", str(tmp_path / "none"), "--init-from", str(tmp_path / "nope.gguf")]) == 2
+    work = tmp_path / "work"
+    mine = tmp_path / "mine.txt"  # the first line's key falls in the held-out split (is_val): something to measure
+    mine.write_text("Quote 13 mugs with our logo.\nReply to Harbor Cafe about the late menus.\n")
+    args = home + ["--work", str(work), "--budget", "3s", "--tokens", "150", "--builtin", "0", "--self-prompts", "1",
+                   "--prompts", str(mine), "--samples", "1", "--passes", "0", "--init-from", str(SHIPPED), "--no-pair"]
+    assert main(args) == 0
+    written = (work / "self-prompts.jsonl").read_text("utf-8").splitlines()
+    assert len(written) == 1 and json.loads(written[0])["category"] == "self"
+    report = json.loads((work / "report.json").read_text())
+    t = report["train"]
+    assert t["config"]["init_from"] == SHIPPED.name and t["config"]["passes"] is None
+    assert t["draft_config"]["n_layer"] == 2 and set(t["start_eval"]["tau"]) == {"top1", "walk", "viterbi", "dp"}
+    assert report["data"]["n_sampled"] >= 1
+    assert f"{SHIPPED.name} before training" in (work / "MODEL_CARD.md").read_text("utf-8")
+    assert main(args + ["--resume"]) == 0  # the same self-written prompts: nothing new to capture
+    assert (work / "self-prompts.jsonl").read_text("utf-8").splitlines() == written
 
 
 def test_budget_and_count_parsing():

@@ -11,7 +11,6 @@ import functools
 import math
 import shutil
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,19 +28,10 @@ from draft_training.train import BEST, CHECKPOINT, V1, TrainConfig, Trainer, ste
 from draft_training.warm_start import read_draft, unpermute_rope  # noqa: E402
 from gguf import GGUFReader  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402
+from tests.draft_training.tiny import PROMPTS, SHIPPED, TAPS  # noqa: E402
 
-TAPS = (2, 9, 15, 21, 28)
-PROMPTS = [{"id": f"p{i}", "messages": [{"role": "user", "content": c}]} for i, c in enumerate([
-    "Write a work order: 300 flyers, A5, glossy, due Monday.",
-    "請回覆客戶：訂單會延遲兩天。",
-    "What is 15% of 240?",
-    "Give a Python function that sums a list of prices.",
-    "Reply to Lin Metalworks: their brackets ship tomorrow.",
-    "Summarise: the press broke, we fixed it, orders are on time.",
-])]
 TINY = TrainConfig(n_keep=512, n_seqs=2, n_anchors=4, eval_seqs=2, warmup_steps=2, checkpoint_every_s=1e9,
                    eval_every_s=0)
-SHIPPED = Path(__file__).resolve().parents[2] / "engine" / "drafts" / "smollm2-dflash2.gguf"
 quiet = dict(log=lambda m: None)
 
 
