@@ -30,10 +30,12 @@ def cmd_serve(a) -> int:
     from .app import create_app
 
     settings = Settings(**flags.given(a, Settings))
-    ModelStore(settings.home).resolve(settings.model)  # fail now, with a hint, not after start-up
+    if not settings.backend:  # a backend's model is the backend's to check (it is asked at start-up)
+        ModelStore(settings.home).resolve(settings.model)  # fail now, with a hint, not after start-up
     app = create_app(settings)
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    print(f"flashdesk: serving {settings.model} at http://{host}:{settings.port}  (Ctrl+C to stop)", flush=True)
+    what = f"the backend {settings.backend}" if settings.backend else settings.model
+    print(f"flashdesk: serving {what} at http://{host}:{settings.port}  (Ctrl+C to stop)", flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info" if a.verbose else "warning",
                 timeout_graceful_shutdown=5)
     return 0

@@ -20,6 +20,7 @@ from engine.errors import (ContextLengthExceeded, DownloadError, EngineError, En
 
 from .audit import AuditLogError, AuditQueryError
 from .conversations import ConversationInputError, ConversationNotFound, ConversationStoreError
+from .upstream import BackendFailed, BackendUnavailable
 
 log = logging.getLogger("flashdesk.server")
 
@@ -32,6 +33,8 @@ ENGINE_ERRORS: list[tuple[type[EngineError], int, str]] = [
     (ModelLoadError, 503, "server_error"),
     (EngineStopped, 503, "server_error"),
     (DownloadError, 502, "server_error"),
+    (BackendUnavailable, 503, "server_error"),  # --backend: the server behind us (server/upstream.py)
+    (BackendFailed, 502, "server_error"),
     (GenerationFailed, 500, "server_error"),
     (EngineError, 500, "server_error"),
 ]

@@ -23,11 +23,12 @@ def finish(reason: str | None) -> str | None:
 def usage(u: Usage | None) -> dict | None:
     if u is None:
         return None
+    counted = getattr(u, "counted", True)  # False: a backend that sent no token counts (server/remote.py)
     out = {
-        "prompt_tokens": u.prompt_tokens,
-        "completion_tokens": u.completion_tokens,
-        "total_tokens": u.total_tokens,
-        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},  # KV reused from the request before
+        "prompt_tokens": u.prompt_tokens if counted else None,
+        "completion_tokens": u.completion_tokens if counted else None,
+        "total_tokens": u.total_tokens if counted else None,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens if counted else None},  # KV reused from before
         # flashdesk extension: where the time went
         "timings": {"prefill_ms": round(u.prefill_ms, 2), "decode_ms": round(u.decode_ms, 2),
                     "decode_tokens_per_s": round(u.decode_tok_per_s, 2)},

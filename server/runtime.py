@@ -4,18 +4,23 @@
 `switch(name)` serves another installed model the same way: status goes back to
 "loading", the old engine is closed and the new one loads in the background. It is
 refused while the engine still has requests, so nobody's answer is cut off.
+
+With a backend (settings.backend) the "model" is the backend's (server/remote.py): loading it
+means asking the backend which model to drive, and switching is the backend's business.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Callable
 
 from engine import Engine, EngineConfig, EngineError, hardware
 from engine.store import InstalledModel, ModelStore
 
 from .errors import APIError
+from .remote import RemoteEngine
 from .settings import Settings
 
 log = logging.getLogger("flashdesk.server")
@@ -24,7 +29,23 @@ log = logging.getLogger("flashdesk.server")
 Loader = Callable[[Settings], tuple[InstalledModel, Engine]]
 
 
+def load_remote(settings: Settings) -> tuple[InstalledModel, RemoteEngine]:
+    engine = RemoteEngine(settings.backend, settings.backend_key.get_secret_value() if settings.backend_key else None)
+    try:
+        about = engine.resolve(settings.backend_model) or {}
+    except BaseException:
+        engine.close()
+        raise
+    name = engine.model_name
+    created = about.get("created")
+    entry = InstalledModel(name=name, file=name, sha256="", size=0, source=f"backend:{engine.url}",
+                           architecture="backend", added=created if isinstance(created, (int, float)) else time.time())
+    return entry, engine
+
+
 def load_engine(settings: Settings) -> tuple[InstalledModel, Engine]:
+    if settings.backend:
+        return load_remote(settings)
     entry = ModelStore(settings.home).resolve(settings.model)
     draft = {"auto": entry.draft_path, "none": None}.get(settings.draft, settings.draft)
     cost_cache = str(entry.folder / f"verify-cost-{settings.threads}t.json") if entry.folder else None
@@ -75,7 +96,7 @@ class Runtime:
         log.info("model %s ready (%s)", model.name, engine.info.description)
 
     def _failed(self, settings: Settings, message: str) -> None:
-        log.error("could not load the model %s: %s", settings.model, message)
+        log.error("could not load the model %s: %s", settings.backend or settings.model, message)
         with self._lock:
             self.settings = settings  # so a later switch copies the settings of the last attempt
             self.model, self.status, self.error, self.loading = None, "error", message, None
@@ -86,6 +107,10 @@ class Runtime:
         404 for a name the store does not have, 409 (code "busy") while the engine has
         requests or another load is under way. Switching to the model already served
         reloads it (e.g. to pick up a draft paired since)."""
+        if self.remote:
+            raise APIError(409, f"this server drives the backend at {self.settings.backend}; the model it serves "
+                                "is chosen there. HINT: restart flashdesk with another --backend-model",
+                           code="backend_model")
         ModelStore(self.settings.home).get(name)  # unknown name: 404 with a hint, before touching anything
         with self._lock:
             if self._closed:
@@ -131,10 +156,15 @@ class Runtime:
         m = self.model
         return {m.name, m.file, m.file.removesuffix(".gguf")} if m else set()
 
+    @property
+    def remote(self) -> bool:
+        """Whether a backend server answers instead of a local engine (then `engine` is a RemoteEngine)."""
+        return self.settings.backend is not None
+
     def in_use(self, name: str) -> bool:
         """Whether the store model `name` is served or being loaded (so it must not be removed)."""
         m = self.model
-        served = m is not None and m.name == name and not m.source.startswith("path:")
+        served = m is not None and m.name == name and not m.source.startswith(("path:", "backend:"))
         return served or self.loading == name
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine import EngineConfig
@@ -21,6 +21,7 @@ from engine.catalog import DEFAULT_MODEL
 from engine.speculative.params import MAX_BLOCK
 
 from .speculation import Mode, Selector
+from .upstream import base_url
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 ENGINE_DEFAULTS = EngineConfig()  # the engine's own defaults (threads: this machine's cores, at most 8)
@@ -65,6 +66,17 @@ class Settings(BaseSettings):
         ENGINE_DEFAULTS.spec_inexact, description="speculate on backends whose batched logits differ from "
                                                   "single-token ones (CUDA); output is then not bit-identical "
                                                   "to plain decoding")
+    # A backend instead of the local engine (server/remote.py): the model, draft and engine knobs above
+    # are then the backend's business.
+    backend: str | None = Field(None, description="serve an OpenAI-compatible server (vLLM, SGLang) at this URL "
+                                                  "instead of a local model")
+    backend_key: SecretStr | None = Field(None, description="API key the backend expects (sent as Bearer)")
+    backend_model: str | None = Field(None, description="the backend's model to drive (default: the one it serves)")
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, v):
+        return base_url(v) if v else None  # FLASHDESK_BACKEND="" is unset, as an empty flag would be
 
     @model_validator(mode="after")
     def _safe_bind(self):

@@ -18,6 +18,8 @@ from typing import Literal
 from engine import Engine
 from engine.speculative.params import MAX_BLOCK, MODES, SELECTORS
 
+from .remote import RemoteEngine
+
 # Literal[tuple] is Literal[*tuple]: pydantic then refuses anything else, listing the names.
 Mode = Literal[MODES]
 Selector = Literal[SELECTORS]
@@ -30,6 +32,12 @@ def names() -> dict:
 
 def facts(engine: Engine) -> dict:
     """`names()` plus what this loaded engine does with them."""
+    if isinstance(engine, RemoteEngine):  # a backend speculates by its own configuration, unseen from here
+        return names() | {
+            "drafters": [], "default": "auto", "exact": None, "enabled": None, "max_rows": None, "draft": None,
+            "exact_why": "speculation runs on the backend server, configured there", "draft_error": None,
+            "cost_curve": "none", "backend": True,
+        }
     return names() | {
         "drafters": sorted(engine.drafters), "default": engine.config.spec_mode,
         "exact": engine.spec_exact, "exact_why": engine.spec_exact_why, "enabled": engine.spec_enabled,

@@ -5,6 +5,9 @@ Open without an API key (server/security.py), so a launcher can wait for the ser
 ready it adds the model, the engine's load (`engine`), the context size and the speculation
 facts (server/speculation.py); the names a request may use are there from the start, so
 the UI can offer them while the model loads.
+
+With --backend, `backend` says whether the server behind us answers (server/remote.py): 503
+when it cannot be reached, 502 when it answers wrongly, each with the reason in `backend.error`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from .. import speculation
 from ..runtime import Runtime
 
 router = APIRouter()
+BACKEND_STATUS = {"up": 200, "down": 503, "failing": 502}  # RemoteEngine.probe()'s states
 
 
 @router.get("/health")
@@ -26,6 +30,10 @@ async def health(request: Request):
     if eng is not None:
         body |= {"model": rt.model.name, "engine": eng.stats(), "n_ctx": eng.n_ctx}
     body["speculation"] = speculation.facts(eng) if eng is not None else speculation.names()
+    status = 200 if eng is not None else 503
+    if eng is not None and rt.remote:
+        body["backend"] = await eng.probe()
+        status = BACKEND_STATUS[body["backend"]["status"]]
     if rt.error:
         body["error"] = rt.error
-    return JSONResponse(body, status_code=200 if eng is not None else 503)
+    return JSONResponse(body, status_code=status)

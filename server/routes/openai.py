@@ -34,6 +34,8 @@ def _runtime(request: Request) -> Runtime:
 async def list_models(request: Request):
     rt = _runtime(request)
     data = []
+    if rt.remote and rt.status == "ready":  # what the backend serves, as it says (502/503 when it cannot)
+        return {"object": "list", "data": await rt.engine.models()}
     if rt.model is not None:
         data.append({"id": rt.model.name, "object": "model", "created": int(rt.model.added),
                      "owned_by": "flashdesk", "status": rt.status})

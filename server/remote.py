@@ -1,0 +1,266 @@
+"""The remote engine: the engine's interface (`submit(GenerationRequest)`, `StreamEvent`s to the
+request's sink) in front of an OpenAI-compatible backend, so the routes serve a vLLM or SGLang
+server exactly as they serve the local llama.cpp engine.
+
+Like the local engine it owns one thread: an asyncio loop with one HTTP client, where every
+request is one streamed backend request. `submit` waits until the backend has accepted the
+request (so a refused or unreachable backend is an HTTP status, not a broken stream), then the
+chunks flow to the sink. A cancelled request (the client hung up) is seen within WATCH_S and
+its backend request is closed, which is how vLLM, SGLang and llama.cpp learn to stop.
+
+What this is not: the wire format (server/upstream.py) or the settings (server/settings.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from engine import GenerationRequest, StreamEvent, Usage
+
+from . import upstream
+from .upstream import BackendFailed, BackendUnavailable, ChatPrompt, UnsupportedWithBackend
+
+log = logging.getLogger("flashdesk.server")
+
+WATCH_S = 0.05  # how often the cancel flags are read: the local engine reads them once per step
+
+
+@dataclass
+class BackendUsage(Usage):
+    """Usage of a backend answer. `counted` is False when the backend sent no token counts (llama-cpp-python's
+    server streams none): the counts are then unknown, and the API says so instead of reporting zeros."""
+
+    counted: bool = True
+
+
+@dataclass(frozen=True)
+class RemoteInfo:
+    description: str
+
+
+class RemoteEngine:
+    def __init__(self, url: str, key: str | None = None):
+        self.url = upstream.base_url(url)
+        self.model_name = ""  # what resolve() chose
+        self.n_ctx: int | None = None  # the backend's context length, where it says (vLLM does)
+        self.info = RemoteInfo(f"the backend at {self.url}")
+        self.totals: collections.Counter = collections.Counter()  # (metric, label) -> count, as Engine.totals
+        self._active: dict[int, tuple[GenerationRequest, asyncio.Task]] = {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="flashdesk-backend", daemon=True)
+        self._thread.start()
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        timeout = httpx.Timeout(upstream.READ_TIMEOUT_S, connect=upstream.CONNECT_TIMEOUT_S)
+        self._client = self._call(self._make_client(headers, timeout))
+        self._watcher = asyncio.run_coroutine_threadsafe(self._watch(), self._loop)
+
+    async def _make_client(self, headers: dict, timeout: httpx.Timeout) -> httpx.AsyncClient:
+        return httpx.AsyncClient(headers=headers, timeout=timeout)  # made on the loop that uses it
+
+    def _call(self, coro):
+        """Run `coro` on the engine's loop and wait for it (from any other thread)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    # -- what the routes call, as on engine.Engine --------------------------------------
+
+    def render_chat(self, messages: list[dict]) -> ChatPrompt:
+        return ChatPrompt(tuple(dict(m) for m in messages))
+
+    def tokenize_prompt(self, prompt) -> list[int]:
+        raise UnsupportedWithBackend("this needs the model's tokenizer here (the work-order API counts the "
+                                     "prompt's tokens); it is not available with --backend yet")
+
+    def submit(self, req: GenerationRequest) -> GenerationRequest:
+        """Validate `req`, send it and wait until the backend accepts it; raises EngineError."""
+        req.sampling.validate()
+        upstream.refuse_unsupported(req)
+        if req.max_tokens is not None and req.max_tokens < 1:
+            raise UnsupportedWithBackend("max_tokens must be at least 1", param="max_tokens")
+        if req.sink is None:
+            raise UnsupportedWithBackend("request has no sink")
+        path, body = upstream.request_body(req, self.model_name)
+        self._call(self._start(req, path, body))
+        return req
+
+    def resolve(self, model: str | None) -> dict | None:
+        """Ask the backend which model to drive (before serving; blocking): `model`, or the one it serves
+        when None. Returns its GET /v1/models entry, or None when the backend cannot be reached but
+        `model` was named (requests then answer 503 until it is up). Raises BackendUnavailable or
+        BackendFailed when there is no model to drive."""
+        if model is not None:
+            self._named(model)
+        try:
+            models = self._call(self._models())
+        except BackendUnavailable as e:
+            if model is None:
+                raise BackendUnavailable(f"{e.message}; without --backend-model NAME flashdesk must ask it which "
+                                         "model to drive before it can start") from None
+            log.warning("%s", e.message)
+            return None
+        ids = [m.get("id") for m in models]
+        if model is None:
+            if len(ids) != 1:
+                raise BackendFailed(f"the backend at {self.url} serves {len(ids)} models "
+                                    f"({', '.join(map(str, ids)) or 'none'}). HINT: choose one with "
+                                    "--backend-model NAME")
+            model = ids[0]
+        entry = next((m for m in models if m.get("id") == model), None)
+        if entry is None:
+            raise BackendFailed(f"the backend at {self.url} does not serve {model!r}; it serves "
+                                f"{', '.join(map(str, ids)) or 'nothing'}. HINT: --backend-model NAME")
+        self._named(model)
+        if isinstance(entry.get("max_model_len"), int):  # vLLM says its context length here
+            self.n_ctx = entry["max_model_len"]
+        return entry
+
+    def _named(self, model: str) -> None:
+        self.model_name = model
+        self.info = RemoteInfo(f"the backend at {self.url}, model {model}")
+
+    def stats(self) -> dict:
+        return {"active": len(self._active), "queued": 0, "slots": None}  # the backend keeps its own queue
+
+    async def probe(self) -> dict:
+        """The backend's state for /health (awaited from the server's loop): up, down or failing."""
+        fut = asyncio.run_coroutine_threadsafe(self._probe(), self._loop)
+        return await asyncio.wrap_future(fut)
+
+    async def models(self) -> list[dict]:
+        """The backend's GET /v1/models entries; raises BackendUnavailable or BackendFailed."""
+        fut = asyncio.run_coroutine_threadsafe(self._models(), self._loop)
+        return await asyncio.wrap_future(fut)
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._watcher.cancel()
+        for _, task in list(self._active.values()):
+            self._loop.call_soon_threadsafe(task.cancel)
+        try:
+            self._call(self._client.aclose())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            self._loop.close()
+
+    # -- on the engine's loop --------------------------------------------------------------
+
+    async def _start(self, req: GenerationRequest, path: str, body: dict) -> None:
+        try:
+            resp = await self._client.send(self._client.build_request("POST", self.url + path, json=body),
+                                           stream=True)
+        except httpx.HTTPError as e:
+            raise self._unreachable(e) from None
+        if resp.status_code >= 400:
+            text = (await resp.aread()).decode("utf-8", "replace")
+            await resp.aclose()
+            raise upstream.error_for(resp.status_code, text, self.url)
+        self._active[req.id] = (req, asyncio.create_task(self._relay(req, resp)))
+
+    async def _relay(self, req: GenerationRequest, resp: httpx.Response) -> None:
+        first = last = None
+        got, reason = None, None
+        try:
+            try:
+                async for line in resp.aiter_lines():
+                    data = upstream.sse_data(line)
+                    if data is None:
+                        continue
+                    if data == "[DONE]":
+                        break
+                    chunk = json.loads(data)
+                    got = chunk.get("usage") or got
+                    text, finished = upstream.chunk_parts(chunk)
+                    reason = finished or reason
+                    if text:
+                        last = time.perf_counter()
+                        first = first or last
+                        req.sink(StreamEvent(text=text))
+            except (httpx.HTTPError, ValueError) as e:  # the connection broke, or a chunk was not JSON
+                raise BackendFailed(f"the backend at {self.url} stopped mid-answer: {_why(e)}. "
+                                    "HINT: see the backend's own log") from None
+            if reason is None:
+                raise BackendFailed(f"the backend at {self.url} ended the answer without a finish reason. "
+                                    "HINT: see the backend's own log")
+            self._finish(req, StreamEvent(finish_reason=reason, usage=_usage(got, req.submitted_at, first, last)))
+        except BackendFailed as e:
+            log.warning("%s", e.message)
+            self._finish(req, StreamEvent(error=e))
+        except asyncio.CancelledError:  # the client hung up (or the server stops): close the backend request
+            self._finish(req, StreamEvent(finish_reason="cancelled", usage=_usage(None, req.submitted_at, first,
+                                                                                  last)))
+        finally:
+            self._active.pop(req.id, None)
+            await resp.aclose()
+
+    def _finish(self, req: GenerationRequest, ev: StreamEvent) -> None:
+        t = self.totals
+        t[("requests", "error" if ev.error else ev.finish_reason)] += 1
+        if ev.usage is not None and ev.usage.counted:
+            t[("prompt_tokens", "")] += ev.usage.prompt_tokens
+            t[("completion_tokens", "")] += ev.usage.completion_tokens
+        req.sink(ev)
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(WATCH_S)
+            for req, task in list(self._active.values()):
+                if req.cancelled.is_set():
+                    task.cancel()
+
+    async def _models(self) -> list[dict]:
+        try:
+            resp = await self._client.get(self.url + "/models", timeout=upstream.PROBE_TIMEOUT_S)
+        except httpx.HTTPError as e:
+            raise self._unreachable(e) from None
+        if resp.status_code >= 400:
+            raise upstream.error_for(resp.status_code, resp.text, self.url)
+        try:
+            data = resp.json()["data"]
+            assert isinstance(data, list)
+        except (ValueError, KeyError, TypeError, AssertionError):
+            raise BackendFailed(f"the backend at {self.url} answered GET /v1/models without a list of "
+                                "models. HINT: is --backend the address of an OpenAI-compatible server?") from None
+        return data
+
+    async def _probe(self) -> dict:
+        state = {"url": self.url, "model": self.model_name}
+        try:
+            ids = [m.get("id") for m in await self._models()]
+        except BackendUnavailable as e:
+            return state | {"status": "down", "error": e.message}
+        except BackendFailed as e:
+            return state | {"status": "failing", "error": e.message}
+        if self.model_name not in ids:
+            return state | {"status": "failing", "models": ids,
+                            "error": f"the backend does not serve {self.model_name!r} (it serves "
+                                     f"{', '.join(map(str, ids)) or 'nothing'}). HINT: --backend-model NAME"}
+        return state | {"status": "up", "models": ids}
+
+    def _unreachable(self, e: Exception) -> BackendUnavailable:
+        return BackendUnavailable(f"cannot reach the backend at {self.url}: {_why(e)}. HINT: start it, or check "
+                                  "--backend (flashdesk keeps serving and retries on the next request)")
+
+
+def _why(e: Exception) -> str:
+    return str(e) or type(e).__name__
+
+
+def _usage(got: dict | None, submitted: float, first: float | None, last: float | None) -> BackendUsage:
+    """Our Usage from the backend's `usage` object (None when it sent none) and the times we saw."""
+    prefill = ((first or time.perf_counter()) - submitted) * 1000.0
+    decode = ((last - first) * 1000.0) if first is not None and last is not None else 0.0
+    if not got:
+        return BackendUsage(prefill_ms=prefill, decode_ms=decode, counted=False)
+    cached = (got.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    return BackendUsage(prompt_tokens=int(got.get("prompt_tokens") or 0),
+                        completion_tokens=int(got.get("completion_tokens") or 0), cached_tokens=int(cached),
+                        prefill_ms=prefill, decode_ms=decode)

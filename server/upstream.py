@@ -1,0 +1,158 @@
+"""The wire to an OpenAI-compatible backend (vLLM, SGLang, llama.cpp's or llama-cpp-python's
+server): the request body made from a `GenerationRequest`, the backend's errors as engine
+errors, and its Server-Sent Events read back as chunks.
+
+What this is not: the engine adapter that runs the requests (server/remote.py), or our own
+wire format (server/openai_format.py). Reference: OpenAI's chat and completions API, which
+vLLM and SGLang follow, including `stream_options.include_usage` and the extra sampling
+fields `top_k` and `min_p`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from engine import EngineError, GenerationRequest, InvalidRequest
+from engine.sampling import SamplingParams
+
+CONNECT_TIMEOUT_S = 5.0  # a backend on the LAN answers a connect at once; longer means it is down
+# Between two chunks of an answer: a big backend under load may queue a request for a while
+# before its first token, so this is generous; a backend that says nothing this long is stuck.
+READ_TIMEOUT_S = 300.0
+PROBE_TIMEOUT_S = 3.0  # GET /v1/models for /health: a health check must answer quickly
+
+
+class BackendUnavailable(EngineError):
+    """The backend cannot be reached (connection refused, DNS, timeout): a 503."""
+
+    code = "backend_unavailable"
+
+
+class BackendFailed(EngineError):
+    """The backend answered, but with a server error or a broken stream: a 502."""
+
+    code = "backend_error"
+
+
+class BackendRefused(InvalidRequest):
+    """The backend refused the request as invalid (its 4xx): the client's 400, in the backend's words."""
+
+    code = "backend_refused"
+
+
+class UnsupportedWithBackend(InvalidRequest):
+    """A field or feature flashdesk cannot pass to a backend, refused rather than dropped: a 400."""
+
+    code = "unsupported_with_backend"
+
+
+def base_url(url: str) -> str:
+    """The backend's API root ending in /v1: `http://host:8000` and `http://host:8000/v1` are the same."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{url!r} is not an http(s) URL. HINT: --backend http://HOST:PORT (the vLLM or "
+                         "SGLang server's address)")
+    if parts.query or parts.fragment:
+        raise ValueError(f"{url!r}: give the server's address only, without ?query or #fragment")
+    path = parts.path.rstrip("/")
+    return f"{parts.scheme}://{parts.netloc}{path if path.endswith('/v1') else path + '/v1'}"
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """The messages of a chat request, kept as messages: the backend renders its own chat template
+    (it knows the model's; we may not have the model file at all)."""
+
+    messages: tuple[dict, ...]
+
+
+def refuse_unsupported(req: GenerationRequest) -> None:
+    """400 for what a backend request cannot carry. Each is refused, never silently dropped."""
+    spec = req.speculative
+    if spec.mode != "auto" or spec.selector is not None or spec.block is not None:
+        raise UnsupportedWithBackend("speculation is configured on the backend server (e.g. vLLM's "
+                                     "--speculative-config), not per request. HINT: leave out `speculative`",
+                                     param="speculative")
+    if req.grammar:
+        raise UnsupportedWithBackend("response_format (a JSON schema or grammar) is not passed to a backend yet. "
+                                     "HINT: leave out response_format, or serve the model locally",
+                                     param="response_format")
+    if req.logprobs or req.close_within:
+        raise UnsupportedWithBackend("token log-probabilities and closing within max_tokens need the model "
+                                     "here; a backend does not give them yet")
+
+
+def _sampling(s: SamplingParams) -> dict:
+    # The OpenAI fields always; top_k and min_p (not OpenAI's, but vLLM's, SGLang's and llama.cpp's)
+    # only when they are on, so a backend without them is not sent a field it may refuse.
+    out = {"temperature": s.temperature, "top_p": s.top_p,
+           "presence_penalty": s.presence_penalty, "frequency_penalty": s.frequency_penalty}
+    if s.top_k:
+        out["top_k"] = s.top_k
+    if s.min_p:
+        out["min_p"] = s.min_p
+    if s.seed is not None:
+        out["seed"] = s.seed
+    return out
+
+
+def request_body(req: GenerationRequest, model: str) -> tuple[str, dict]:
+    """(path under /v1, JSON body) of the streamed backend request that answers `req`."""
+    body = {"model": model, "stream": True, "stream_options": {"include_usage": True}, **_sampling(req.sampling)}
+    if req.max_tokens is not None:
+        body["max_tokens"] = req.max_tokens
+    if req.stop:
+        body["stop"] = list(req.stop)
+    if isinstance(req.prompt, ChatPrompt):
+        return "/chat/completions", {**body, "messages": list(req.prompt.messages)}
+    return "/completions", {**body, "prompt": req.prompt}
+
+
+def error_message(status: int, text: str) -> str:
+    """The backend's own words from its error body (OpenAI's shape, FastAPI's `detail`, or plain text)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text.strip()[:500] or f"HTTP {status}"
+    if isinstance(data, dict):
+        err = data.get("error", data.get("detail", data.get("message")))
+        if isinstance(err, dict):
+            err = err.get("message", err)
+        if err is not None:
+            return (err if isinstance(err, str) else json.dumps(err, ensure_ascii=False))[:500]
+    return text.strip()[:500]
+
+
+def error_for(status: int, text: str, url: str) -> EngineError:
+    """The engine error of a backend's HTTP error status."""
+    said = error_message(status, text)
+    if status in (401, 403):
+        return BackendFailed(f"the backend at {url} refused flashdesk's key ({status}: {said}). "
+                             "HINT: start flashdesk with --backend-key KEY (the key the backend expects)")
+    if status == 404:
+        return BackendFailed(f"the backend at {url} has no such model or endpoint (404: {said}). "
+                             "HINT: check --backend and --backend-model against its GET /v1/models")
+    if 400 <= status < 500:
+        return BackendRefused(f"the backend refused the request ({status}): {said}")
+    return BackendFailed(f"the backend at {url} failed ({status}): {said}")
+
+
+def sse_data(line: str) -> str | None:
+    """The data of one SSE line, or None for comments, event names, ids and blank lines."""
+    if not line.startswith("data:"):
+        return None
+    return line[5:].strip()
+
+
+def chunk_parts(chunk: dict) -> tuple[str, str | None]:
+    """(new text, finish reason or None) of one streamed chunk, chat or completion."""
+    if "error" in chunk:  # vLLM reports a failure inside the stream this way
+        raise BackendFailed(f"the backend failed mid-answer: {error_message(500, json.dumps(chunk))}")
+    text, reason = [], None
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta")
+        text.append((delta.get("content") if isinstance(delta, dict) else choice.get("text")) or "")
+        reason = choice.get("finish_reason") or reason
+    return "".join(text), reason

@@ -1,0 +1,245 @@
+"""`flashdesk serve --backend URL` in front of a real OpenAI-compatible server we did not write:
+llama-cpp-python's own (`python -m llama_cpp.server`) with SmolLM2, on loopback.
+
+Through the real `openai` client: at temperature 0, flashdesk's answers equal the backend's own,
+streamed or not; /v1/models is the backend's; what a backend request cannot carry is a 400; a
+disconnect closes the backend request; a backend that is down is a 503 on /health while the UI
+still serves; a backend killed mid-stream ends the stream with one `error` event, and the next
+request works once it is back. One backend per module, one llama.cpp thread, short answers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from pydantic import ValidationError
+
+from conftest import ThreadServer, free_port, wait_ready
+from server import flags
+from server.app import create_app
+from server.cli import parser
+from server.settings import Settings
+
+ALIAS = "smollm2-backend"  # the backend's own name for the model: flashdesk must use it, not "smollm2"
+MSG = [{"role": "user", "content": "Name three things a print shop sells."}]
+
+
+class Backend:
+    """llama-cpp-python's OpenAI server as a subprocess; stop() kills it, start() brings it back on its port."""
+
+    def __init__(self, model_path: str, log: Path):
+        self.model_path, self.log_path, self.port = model_path, log, free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", "--model", self.model_path, "--model_alias", ALIAS,
+             "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", "1024", "--n_threads", "1",
+             "--n_threads_batch", "1"], stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            assert self.proc.poll() is None, f"the backend exited: {self.log_tail()}"
+            try:
+                if httpx.get(f"{self.base}/v1/models", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"the backend did not start: {self.log_tail()}")
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+        self.log.close()
+
+    def log_tail(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text("utf-8", errors="replace")[-2000:]
+
+
+@pytest.fixture(scope="module")
+def backend(model_path, tmp_path_factory):
+    b = Backend(model_path, tmp_path_factory.mktemp("backend") / "backend.log")
+    b.start()
+    yield b
+    if b.proc.poll() is None:
+        b.kill()
+
+
+def front_for(url: str, home: Path, **settings) -> ThreadServer:
+    return ThreadServer(create_app(Settings(home=str(home), backend=url, **settings)))
+
+
+@pytest.fixture(scope="module")
+def front(backend, tmp_path_factory):
+    srv = front_for(backend.base, tmp_path_factory.mktemp("front"))  # no --backend-model: it asks the backend
+    wait_ready(srv.base, timeout=60)
+    yield srv
+    srv.stop()
+
+
+def client_of(base: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def sse(resp: httpx.Response) -> list[tuple[str, str]]:
+    """(event name, data) of every event of a streamed response."""
+    out, event = [], "message"
+    for line in resp.iter_lines():
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            out.append((event, line[5:].strip()))
+            event = "message"
+    return out
+
+
+def test_the_backend_flags_and_their_checks(monkeypatch):
+    for name in Settings.model_fields:
+        monkeypatch.delenv(f"FLASHDESK_{name.upper()}", raising=False)
+
+    def serve(*argv: str) -> Settings:
+        return Settings(**flags.given(parser().parse_args(["serve", *argv]), Settings))
+
+    s = serve("--backend", "http://gpu-box:8000", "--backend-key", "k1", "--backend-model", "m")
+    assert (s.backend, s.backend_key.get_secret_value(), s.backend_model) == ("http://gpu-box:8000/v1", "k1", "m")
+    assert serve("--backend", "https://gpu-box/api/v1/").backend == "https://gpu-box/api/v1"  # the same root
+    assert serve().backend is None
+    for bad in ("gpu-box:8000", "ftp://gpu-box", "http://gpu-box:8000/?x=1"):
+        with pytest.raises(ValidationError, match="HINT|address only"):
+            serve("--backend", bad)
+
+
+def test_chat_at_temperature_0_is_the_backends_answer(backend, front):
+    ours, theirs = client_of(front.base), client_of(backend.base)
+    kw = dict(model=ALIAS, messages=MSG, temperature=0, max_tokens=24)
+    want = theirs.chat.completions.create(**kw)
+    got = ours.chat.completions.create(**kw)
+    assert got.choices[0].message.content == want.choices[0].message.content
+    assert got.choices[0].finish_reason == want.choices[0].finish_reason == "length"
+    assert got.model == ALIAS
+    chunks = list(ours.chat.completions.create(stream=True, **kw))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_completions_with_a_stop_string_are_the_backends_answer(backend, front):
+    ours, theirs = client_of(front.base), client_of(backend.base)
+    kw = dict(model=ALIAS, prompt="A print shop sells posters, flyers,", temperature=0, max_tokens=24, stop=["\n"])
+    want = theirs.completions.create(**kw)
+    got = ours.completions.create(**kw)
+    assert got.choices[0].text == want.choices[0].text and "\n" not in got.choices[0].text
+    assert got.choices[0].finish_reason == want.choices[0].finish_reason
+    streamed = list(ours.completions.create(stream=True, **kw))
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == want.choices[0].text
+
+
+def test_usage_the_backend_did_not_count_is_null_not_zero(front):
+    # llama-cpp-python's server streams no token counts; flashdesk must not invent them (0 would be a lie)
+    r = httpx.post(f"{front.base}/v1/chat/completions", timeout=120,
+                   json={"model": ALIAS, "messages": MSG, "temperature": 0, "max_tokens": 4})
+    usage = r.json()["usage"]
+    assert usage["completion_tokens"] is None and usage["prompt_tokens"] is None
+    assert usage["timings"]["prefill_ms"] > 0
+
+
+def test_models_are_the_backends(backend, front):
+    want = httpx.get(f"{backend.base}/v1/models").json()["data"]
+    assert httpx.get(f"{front.base}/v1/models").json()["data"] == want
+    assert [m.id for m in client_of(front.base).models.list().data] == [ALIAS]
+    health = httpx.get(f"{front.base}/health").json()
+    assert health["backend"]["status"] == "up" and health["model"] == ALIAS
+
+
+@pytest.mark.parametrize("field, value", [
+    ("speculative", {"mode": "lookup"}),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}),
+])
+def test_a_field_the_backend_cannot_be_given_is_a_400(front, field, value):
+    with pytest.raises(openai.BadRequestError) as e:
+        client_of(front.base).chat.completions.create(model=ALIAS, messages=MSG, max_tokens=4,
+                                                      extra_body={field: value})
+    assert e.value.body["code"] == "unsupported_with_backend" and e.value.body["param"] == field
+
+
+def test_the_work_order_api_says_it_is_not_available(front):
+    r = httpx.post(f"{front.base}/v1/workorders/parse", json={"text": "50 flyers by Friday"}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_with_backend"
+
+
+def test_an_unknown_model_is_a_404(front):
+    with pytest.raises(openai.NotFoundError):
+        client_of(front.base).chat.completions.create(model="smollm2", messages=MSG, max_tokens=4)
+
+
+def test_a_disconnect_closes_the_backend_request(backend, front):
+    body = {"model": ALIAS, "messages": MSG, "temperature": 0, "max_tokens": 900, "stream": True}
+    with httpx.stream("POST", f"{front.base}/v1/chat/completions", json=body, timeout=120) as r:
+        for line in r.iter_lines():
+            if '"content": "' in line and '"content": ""' not in line:
+                break  # the answer has started: hang up
+    deadline = time.time() + 60
+    while "Disconnected from client" not in backend.log_tail():  # llama-cpp-python's own words on a cancel
+        assert time.time() < deadline, f"the backend kept generating: {backend.log_tail()}"
+        time.sleep(0.2)
+    metrics = httpx.get(f"{front.base}/metrics").text
+    assert 'flashdesk_requests_total{finish_reason="cancelled"} 1' in metrics
+    assert "flashdesk_active_requests 0" in metrics
+
+
+def test_a_backend_that_is_down_is_a_503_and_the_ui_still_serves(tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}"
+    srv = front_for(dead, tmp_path, backend_model=ALIAS)
+    try:
+        wait_ready(srv.base, timeout=60, want=503)
+        health = httpx.get(f"{srv.base}/health").json()
+        assert health["status"] == "ready" and health["backend"]["status"] == "down"
+        assert "cannot reach the backend" in health["backend"]["error"]
+        page = httpx.get(f"{srv.base}/")
+        assert page.status_code == 200 and "<html" in page.text.lower()
+        r = httpx.post(f"{srv.base}/v1/chat/completions", json={"model": ALIAS, "messages": MSG}, timeout=30)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "backend_unavailable"
+        assert httpx.get(f"{srv.base}/v1/models").status_code == 503
+    finally:
+        srv.stop()
+
+
+def test_without_a_model_name_a_backend_that_is_down_says_what_to_do(tmp_path):
+    srv = front_for(f"http://127.0.0.1:{free_port()}", tmp_path)
+    try:
+        wait_ready(srv.base, timeout=60, want=503)
+        health = httpx.get(f"{srv.base}/health").json()
+        assert health["status"] == "error" and "--backend-model" in health["error"]
+    finally:
+        srv.stop()
+
+
+def test_a_backend_killed_mid_stream_is_one_error_event_and_then_works_again(backend, front):
+    body = {"model": ALIAS, "messages": MSG, "temperature": 0, "max_tokens": 900, "stream": True}
+    events = []
+    with httpx.stream("POST", f"{front.base}/v1/chat/completions", json=body, timeout=120) as r:
+        lines = r.iter_lines()
+        for line in lines:
+            if '"content": "' in line and '"content": ""' not in line:
+                backend.kill()
+                break
+        events = sse(httpx.Response(200, content="\n".join(lines).encode()))
+    errors = [json.loads(d) for e, d in events if e == "error"]
+    assert len(errors) == 1 and errors[0]["error"]["code"] == "backend_error", events[-3:]
+    assert "[DONE]" not in [d for _, d in events]
+    assert httpx.get(f"{front.base}/health").status_code == 503
+
+    backend.start()  # the same port: flashdesk needs no restart
+    wait_ready(front.base, timeout=60)
+    got = client_of(front.base).chat.completions.create(model=ALIAS, messages=MSG, temperature=0, max_tokens=8)
+    assert got.choices[0].message.content
