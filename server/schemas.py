@@ -17,6 +17,7 @@ from engine import GenerationRequest, SamplingParams
 from engine.speculative.params import MAX_BLOCK, SpecParams
 
 from .speculation import Mode, Selector
+from .upstream import ChatGeneration
 
 MAX_STOP = 16
 
@@ -114,7 +115,8 @@ class ChatCompletionRequest(_Sampling):
                 for m in self.messages]
 
     def to_engine(self, prompt: str, grammar: str | None = None) -> GenerationRequest:
-        return GenerationRequest(prompt, self.limit(), self.sampling(), self.stop, self.spec(), grammar=grammar)
+        return ChatGeneration(prompt, self.limit(), self.sampling(), self.stop, self.spec(), grammar=grammar,
+                              response_format=self.response_format if grammar else None)
 
 
 class CompletionRequest(_Sampling):

@@ -68,6 +68,15 @@ class ChatPrompt:
     messages: tuple[dict, ...]
 
 
+@dataclass
+class ChatGeneration(GenerationRequest):
+    """A chat request with the `response_format` its grammar was made from (server/schemas.py): the local
+    engine follows the grammar; a backend is given the response_format and enforces it with its own
+    guided decoding. Either way the route validates the answer against the schema (fail-closed)."""
+
+    response_format: dict | None = None
+
+
 def refuse_unsupported(req: GenerationRequest) -> None:
     """400 for what a backend request cannot carry. Each is refused, never silently dropped."""
     spec = req.speculative
@@ -75,10 +84,9 @@ def refuse_unsupported(req: GenerationRequest) -> None:
         raise UnsupportedWithBackend("speculation is configured on the backend server (e.g. vLLM's "
                                      "--speculative-config), not per request. HINT: leave out `speculative`",
                                      param="speculative")
-    if req.grammar:
-        raise UnsupportedWithBackend("response_format (a JSON schema or grammar) is not passed to a backend yet. "
-                                     "HINT: leave out response_format, or serve the model locally",
-                                     param="response_format")
+    if req.grammar and getattr(req, "response_format", None) is None:  # a grammar of our own making (work orders)
+        raise UnsupportedWithBackend("a grammar made here cannot be passed to a backend; only response_format "
+                                     "can", param="response_format")
     if req.logprobs or req.close_within:
         raise UnsupportedWithBackend("token log-probabilities and closing within max_tokens need the model "
                                      "here; a backend does not give them yet")
@@ -106,6 +114,8 @@ def request_body(req: GenerationRequest, model: str) -> tuple[str, dict]:
     if req.stop:
         body["stop"] = list(req.stop)
     if isinstance(req.prompt, ChatPrompt):
+        if getattr(req, "response_format", None) is not None:
+            body["response_format"] = req.response_format  # as the client sent it: the backend enforces it
         return "/chat/completions", {**body, "messages": list(req.prompt.messages)}
     return "/completions", {**body, "prompt": req.prompt}
 

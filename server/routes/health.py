@@ -7,7 +7,8 @@ facts (server/speculation.py); the names a request may use are there from the st
 the UI can offer them while the model loads.
 
 With --backend, `backend` says whether the server behind us answers (server/remote.py): 503
-when it cannot be reached, 502 when it answers wrongly, each with the reason in `backend.error`.
+when it cannot be reached, 502 when it answers wrongly; `status` is then "error", with the
+backend's reason in `error`.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ async def health(request: Request):
     body["speculation"] = speculation.facts(eng) if eng is not None else speculation.names()
     status = 200 if eng is not None else 503
     if eng is not None and rt.remote:
-        body["backend"] = await eng.probe()
-        status = BACKEND_STATUS[body["backend"]["status"]]
+        body["backend"] = backend = await eng.probe()
+        status = BACKEND_STATUS[backend["status"]]
+        if status != 200:  # nothing can be answered: the UI shows this as it shows a model that failed to load
+            body["status"], body["error"] = "error", backend["error"]
     if rt.error:
         body["error"] = rt.error
     return JSONResponse(body, status_code=status)

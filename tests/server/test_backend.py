@@ -11,8 +11,6 @@ request works once it is back. One backend per module, one llama.cpp thread, sho
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,49 +20,14 @@ import pytest
 
 from pydantic import ValidationError
 
+from backend_server import ALIAS, Backend
 from conftest import ThreadServer, free_port, wait_ready
 from server import flags
 from server.app import create_app
 from server.cli import parser
 from server.settings import Settings
 
-ALIAS = "smollm2-backend"  # the backend's own name for the model: flashdesk must use it, not "smollm2"
 MSG = [{"role": "user", "content": "Name three things a print shop sells."}]
-
-
-class Backend:
-    """llama-cpp-python's OpenAI server as a subprocess; stop() kills it, start() brings it back on its port."""
-
-    def __init__(self, model_path: str, log: Path):
-        self.model_path, self.log_path, self.port = model_path, log, free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", self.model_path, "--model_alias", ALIAS,
-             "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", "1024", "--n_threads", "1",
-             "--n_threads_batch", "1"], stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            assert self.proc.poll() is None, f"the backend exited: {self.log_tail()}"
-            try:
-                if httpx.get(f"{self.base}/v1/models", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"the backend did not start: {self.log_tail()}")
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
-        self.log.close()
-
-    def log_tail(self) -> str:
-        self.log.flush()
-        return self.log_path.read_text("utf-8", errors="replace")[-2000:]
 
 
 @pytest.fixture(scope="module")
@@ -161,15 +124,36 @@ def test_models_are_the_backends(backend, front):
     assert health["backend"]["status"] == "up" and health["model"] == ALIAS
 
 
-@pytest.mark.parametrize("field, value", [
-    ("speculative", {"mode": "lookup"}),
-    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}),
-])
-def test_a_field_the_backend_cannot_be_given_is_a_400(front, field, value):
+def test_a_field_the_backend_cannot_be_given_is_a_400(front):
     with pytest.raises(openai.BadRequestError) as e:
         client_of(front.base).chat.completions.create(model=ALIAS, messages=MSG, max_tokens=4,
-                                                      extra_body={field: value})
-    assert e.value.body["code"] == "unsupported_with_backend" and e.value.body["param"] == field
+                                                      extra_body={"speculative": {"mode": "lookup"}})
+    assert e.value.body["code"] == "unsupported_with_backend" and e.value.body["param"] == "speculative"
+
+
+ORDER = [{"role": "user", "content": 'Reply with exactly this JSON and nothing else: {"item": "flyers", "qty": 50}'}]
+
+
+def test_json_object_is_enforced_by_the_backend_and_validated_here(backend, front):
+    kw = dict(model=ALIAS, messages=ORDER, temperature=0, max_tokens=64, response_format={"type": "json_object"})
+    want = httpx.post(f"{backend.base}/v1/chat/completions", json=kw, timeout=120).json()["choices"][0]
+    got = httpx.post(f"{front.base}/v1/chat/completions", json=kw, timeout=120).json()["choices"][0]
+    assert got["message"]["content"] == want["message"]["content"]
+    assert got["structured_output"] == {"valid": True, "errors": []}
+    assert isinstance(json.loads(got["message"]["content"]), dict)
+    cut = httpx.post(f"{front.base}/v1/chat/completions", json=kw | {"max_tokens": 3}, timeout=120).json()
+    check = cut["choices"][0]["structured_output"]  # a JSON answer cut off is never reported valid
+    assert check["valid"] is False and "max_tokens" in check["errors"][0]
+
+
+def test_a_schema_the_backend_cannot_take_is_its_error_not_a_silent_pass(front):
+    # llama-cpp-python knows only {"type": "json_object", "schema": ...}, and answers OpenAI's json_schema with a 500
+    fmt = {"type": "json_schema", "json_schema": {"name": "order", "schema": {
+        "type": "object", "properties": {"qty": {"type": "integer"}}, "required": ["qty"]}}}
+    r = httpx.post(f"{front.base}/v1/chat/completions", timeout=120,
+                   json={"model": ALIAS, "messages": ORDER, "max_tokens": 32, "response_format": fmt})
+    err = r.json()["error"]
+    assert r.status_code == 502 and err["code"] == "backend_error" and "json_object" in err["message"], err
 
 
 def test_the_work_order_api_says_it_is_not_available(front):
@@ -184,12 +168,13 @@ def test_an_unknown_model_is_a_404(front):
 
 def test_a_disconnect_closes_the_backend_request(backend, front):
     body = {"model": ALIAS, "messages": MSG, "temperature": 0, "max_tokens": 900, "stream": True}
+    before = backend.log_path.stat().st_size
     with httpx.stream("POST", f"{front.base}/v1/chat/completions", json=body, timeout=120) as r:
         for line in r.iter_lines():
             if '"content": "' in line and '"content": ""' not in line:
                 break  # the answer has started: hang up
     deadline = time.time() + 60
-    while "Disconnected from client" not in backend.log_tail():  # llama-cpp-python's own words on a cancel
+    while "Disconnected from client" not in backend.log_since(before):  # llama-cpp-python's words on a cancel
         assert time.time() < deadline, f"the backend kept generating: {backend.log_tail()}"
         time.sleep(0.2)
     metrics = httpx.get(f"{front.base}/metrics").text
@@ -203,8 +188,8 @@ def test_a_backend_that_is_down_is_a_503_and_the_ui_still_serves(tmp_path):
     try:
         wait_ready(srv.base, timeout=60, want=503)
         health = httpx.get(f"{srv.base}/health").json()
-        assert health["status"] == "ready" and health["backend"]["status"] == "down"
-        assert "cannot reach the backend" in health["backend"]["error"]
+        assert health["status"] == "error" and health["backend"]["status"] == "down"
+        assert "cannot reach the backend" in health["error"] and health["error"] == health["backend"]["error"]
         page = httpx.get(f"{srv.base}/")
         assert page.status_code == 200 and "<html" in page.text.lower()
         r = httpx.post(f"{srv.base}/v1/chat/completions", json={"model": ALIAS, "messages": MSG}, timeout=30)

@@ -1,0 +1,53 @@
+"""The chat page in a real browser against `flashdesk serve --backend`: llama-cpp-python's own
+server behind it (tests/backend_server.py). The page streams and saves the backend's answer
+as it does the local engine's, with no JavaScript error, and shows a backend that went away."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from backend_server import ALIAS, Backend
+from browser import Page
+from conftest import serving
+from test_chat import conversation_id, send, set_answer_settings, wait_answer_saved
+
+QUESTION = "Name three colours of the rainbow."
+
+
+@pytest.fixture(scope="module")
+def remote(model_path, tmp_path_factory):
+    home = tmp_path_factory.mktemp("ui-backend")
+    backend = Backend(model_path, home / "backend.log")
+    backend.start()
+    try:
+        with serving(home, "--backend", backend.base, "--backend-model", ALIAS) as srv:
+            yield srv, backend
+    finally:
+        if backend.proc.poll() is None:
+            backend.kill()
+
+
+def test_the_chat_page_answers_through_the_backend(browser, remote):
+    srv, backend = remote
+    tab = Page(browser, srv.base, "en-US")
+    try:
+        page = tab.open("#/chat")
+        page.wait_for_selector("#server-status[data-state=ready]")
+        set_answer_settings(page, 24)
+        send(page, QUESTION)
+        wait_answer_saved(page)
+        conv = httpx.get(f"{srv.base}/v1/conversations/{conversation_id(page)}").json()
+        want = httpx.post(f"{backend.base}/v1/chat/completions", timeout=120, json={
+            "model": ALIAS, "messages": [{"role": "user", "content": QUESTION}], "temperature": 0,
+            "max_tokens": 24}).json()["choices"][0]["message"]["content"]
+        assert [m["role"] for m in conv["messages"]] == ["user", "assistant"]
+        assert conv["messages"][1]["content"] == want
+
+        backend.kill()  # the page says so instead of offering to send
+        page.wait_for_selector("#server-status:not([data-state=ready])", timeout=60_000)
+    finally:
+        tab.close()
+    assert not tab.blocked, f"the page tried to reach beyond this machine: {tab.blocked}"
+    bugs = [e for e in tab.errors if "Failed to load resource" not in e]
+    assert not bugs, f"JavaScript errors on the page: {bugs}"
