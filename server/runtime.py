@@ -16,14 +16,17 @@ import threading
 import time
 from typing import Callable
 
-from engine import Engine, EngineConfig, EngineError, hardware
+from engine import Engine, EngineConfig, EngineError, EngineStopped, hardware
 from engine.store import InstalledModel, ModelStore
 
 from .errors import APIError
 from .remote import RemoteEngine
+from .upstream import BackendUnavailable
 from .settings import Settings
 
 log = logging.getLogger("flashdesk.server")
+
+BACKEND_RETRY_S = 2.0  # how often a backend that cannot be reached yet is asked again at start-up
 
 # (settings) -> (store entry, engine); tests may pass one that waits, to see the loading state
 Loader = Callable[[Settings], tuple[InstalledModel, Engine]]
@@ -72,6 +75,7 @@ class Runtime:
         self.loading: str | None = settings.model  # the name being loaded, while status is "loading"
         self._lock = threading.Lock()  # one switch at a time; close() waits for it
         self._closed = False
+        self._stop = threading.Event()  # set by close(): a load that waits for a backend gives up
         self._thread = threading.Thread(target=self._load, args=(settings,), name="flashdesk-load", daemon=True)
 
     def start(self) -> None:
@@ -79,7 +83,7 @@ class Runtime:
 
     def _load(self, settings: Settings) -> None:
         try:
-            model, engine = self.loader(settings)
+            model, engine = self._ask(settings)
         except EngineError as e:
             self._failed(settings, e.message)
             return
@@ -94,6 +98,19 @@ class Runtime:
             self.model, self.engine, self.settings = model, engine, settings
             self.status, self.error, self.loading = "ready", None, None
         log.info("model %s ready (%s)", model.name, engine.info.description)
+
+    def _ask(self, settings: Settings) -> tuple[InstalledModel, Engine]:
+        """The loader's answer. A backend that cannot be reached yet (a GPU server boots slower than we do)
+        is asked again every BACKEND_RETRY_S while the status stays "loading", with the reason in `error`."""
+        while True:
+            try:
+                return self.loader(settings)
+            except BackendUnavailable as e:
+                if self.error != e.message:
+                    log.warning("%s (asking again every %.0f s)", e.message, BACKEND_RETRY_S)
+                self.error = e.message
+                if self._stop.wait(BACKEND_RETRY_S):
+                    raise EngineStopped("the server stopped before the backend answered") from None
 
     def _failed(self, settings: Settings, message: str) -> None:
         log.error("could not load the model %s: %s", settings.backend or settings.model, message)
@@ -143,6 +160,8 @@ class Runtime:
 
     def ready_engine(self, requested_model: str | None) -> Engine:
         if self.status == "loading":
+            if self.remote and self.error:  # still asking a backend that cannot be reached (_ask)
+                raise APIError(503, self.error, code="backend_unavailable")
             raise APIError(503, "the model is still loading; try again in a few seconds", code="model_loading")
         if self.status == "error":
             raise APIError(503, f"no model could be loaded: {self.error}", code="model_unavailable")
@@ -168,6 +187,7 @@ class Runtime:
         return served or self.loading == name
 
     def close(self) -> None:
+        self._stop.set()
         with self._lock:
             self._closed = True
             thread = self._thread

@@ -199,14 +199,22 @@ def test_a_backend_that_is_down_is_a_503_and_the_ui_still_serves(tmp_path):
         srv.stop()
 
 
-def test_without_a_model_name_a_backend_that_is_down_says_what_to_do(tmp_path):
-    srv = front_for(f"http://127.0.0.1:{free_port()}", tmp_path)
+def test_a_backend_that_starts_after_flashdesk_is_waited_for(model_path, tmp_path):
+    late = Backend(model_path, tmp_path / "late-backend.log")  # its port is chosen; nothing listens yet
+    srv = front_for(late.base, tmp_path)  # no --backend-model: flashdesk must ask the backend which model
     try:
         wait_ready(srv.base, timeout=60, want=503)
         health = httpx.get(f"{srv.base}/health").json()
-        assert health["status"] == "error" and "--backend-model" in health["error"]
+        assert health["status"] == "loading" and "--backend-model" in health["error"], health
+        r = httpx.post(f"{srv.base}/v1/chat/completions", json={"model": ALIAS, "messages": MSG}, timeout=30)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "backend_unavailable"
+        late.start()
+        wait_ready(srv.base, timeout=60)  # no restart: it asked again
+        assert httpx.get(f"{srv.base}/health").json()["model"] == ALIAS
     finally:
         srv.stop()
+        if late.proc is not None and late.proc.poll() is None:
+            late.kill()
 
 
 def test_a_backend_killed_mid_stream_is_one_error_event_and_then_works_again(backend, front):
