@@ -20,9 +20,10 @@ ALIAS = "smollm2-backend"  # the backend's own name for the model: flashdesk mus
 class Backend:
     """llama-cpp-python's OpenAI server as a subprocess; kill() ends it, start() brings it back on its port."""
 
-    def __init__(self, model_path: str, log: Path):
-        self.model_path, self.log_path, self.port = model_path, log, free_port()
+    def __init__(self, model_path: str, log: Path, api_key: str | None = None):
+        self.model_path, self.log_path, self.port, self.api_key = model_path, log, free_port(), api_key
         self.base = f"http://127.0.0.1:{self.port}"
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}  # for asking it directly
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -30,12 +31,13 @@ class Backend:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", self.model_path, "--model_alias", ALIAS,
              "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", "1024", "--n_threads", "1",
-             "--n_threads_batch", "1"], stdout=self.log, stderr=subprocess.STDOUT)
+             "--n_threads_batch", "1", *(["--api_key", self.api_key] if self.api_key else [])],
+            stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while time.time() < deadline:
             assert self.proc.poll() is None, f"the backend exited: {self.log_tail()}"
             try:
-                if httpx.get(f"{self.base}/v1/models", timeout=2).status_code == 200:
+                if httpx.get(f"{self.base}/v1/models", headers=self.headers, timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass

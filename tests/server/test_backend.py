@@ -28,11 +28,12 @@ from server.cli import parser
 from server.settings import Settings
 
 MSG = [{"role": "user", "content": "Name three things a print shop sells."}]
+KEY = "backend-secret"  # the module's backend wants it: flashdesk sends it, the tests asking directly too
 
 
 @pytest.fixture(scope="module")
 def backend(model_path, tmp_path_factory):
-    b = Backend(model_path, tmp_path_factory.mktemp("backend") / "backend.log")
+    b = Backend(model_path, tmp_path_factory.mktemp("backend") / "backend.log", api_key=KEY)
     b.start()
     yield b
     if b.proc.poll() is None:
@@ -45,14 +46,14 @@ def front_for(url: str, home: Path, **settings) -> ThreadServer:
 
 @pytest.fixture(scope="module")
 def front(backend, tmp_path_factory):
-    srv = front_for(backend.base, tmp_path_factory.mktemp("front"))  # no --backend-model: it asks the backend
+    srv = front_for(backend.base, tmp_path_factory.mktemp("front"), backend_key=KEY)  # no --backend-model: it asks
     wait_ready(srv.base, timeout=60)
     yield srv
     srv.stop()
 
 
-def client_of(base: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=120)
+def client_of(base: str, key: str = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0, timeout=120)
 
 
 def sse(resp: httpx.Response) -> list[tuple[str, str]]:
@@ -84,7 +85,7 @@ def test_the_backend_flags_and_their_checks(monkeypatch):
 
 
 def test_chat_at_temperature_0_is_the_backends_answer(backend, front):
-    ours, theirs = client_of(front.base), client_of(backend.base)
+    ours, theirs = client_of(front.base), client_of(backend.base, KEY)
     kw = dict(model=ALIAS, messages=MSG, temperature=0, max_tokens=24)
     want = theirs.chat.completions.create(**kw)
     got = ours.chat.completions.create(**kw)
@@ -97,7 +98,7 @@ def test_chat_at_temperature_0_is_the_backends_answer(backend, front):
 
 
 def test_completions_with_a_stop_string_are_the_backends_answer(backend, front):
-    ours, theirs = client_of(front.base), client_of(backend.base)
+    ours, theirs = client_of(front.base), client_of(backend.base, KEY)
     kw = dict(model=ALIAS, prompt="A print shop sells posters, flyers,", temperature=0, max_tokens=24, stop=["\n"])
     want = theirs.completions.create(**kw)
     got = ours.completions.create(**kw)
@@ -117,11 +118,21 @@ def test_usage_the_backend_did_not_count_is_null_not_zero(front):
 
 
 def test_models_are_the_backends(backend, front):
-    want = httpx.get(f"{backend.base}/v1/models").json()["data"]
+    want = httpx.get(f"{backend.base}/v1/models", headers=backend.headers).json()["data"]
     assert httpx.get(f"{front.base}/v1/models").json()["data"] == want
     assert [m.id for m in client_of(front.base).models.list().data] == [ALIAS]
     health = httpx.get(f"{front.base}/health").json()
     assert health["backend"]["status"] == "up" and health["model"] == ALIAS
+
+
+def test_without_the_backends_key_flashdesk_says_which_flag_is_missing(backend, tmp_path):
+    srv = front_for(backend.base, tmp_path, backend_model=ALIAS)
+    try:
+        wait_ready(srv.base, timeout=60, want=503)
+        health = httpx.get(f"{srv.base}/health").json()
+        assert health["status"] == "error" and "--backend-key" in health["error"], health
+    finally:
+        srv.stop()
 
 
 def test_a_field_the_backend_cannot_be_given_is_a_400(front):
@@ -136,7 +147,8 @@ ORDER = [{"role": "user", "content": 'Reply with exactly this JSON and nothing e
 
 def test_json_object_is_enforced_by_the_backend_and_validated_here(backend, front):
     kw = dict(model=ALIAS, messages=ORDER, temperature=0, max_tokens=64, response_format={"type": "json_object"})
-    want = httpx.post(f"{backend.base}/v1/chat/completions", json=kw, timeout=120).json()["choices"][0]
+    want = httpx.post(f"{backend.base}/v1/chat/completions", json=kw, headers=backend.headers,
+                      timeout=120).json()["choices"][0]
     got = httpx.post(f"{front.base}/v1/chat/completions", json=kw, timeout=120).json()["choices"][0]
     assert got["message"]["content"] == want["message"]["content"]
     assert got["structured_output"] == {"valid": True, "errors": []}
