@@ -138,6 +138,11 @@ class RemoteEngine:
         fut = asyncio.run_coroutine_threadsafe(self._models(), self._loop)
         return await asyncio.wrap_future(fut)
 
+    async def spec_counters(self) -> dict | None:
+        """The backend's own speculative-decoding totals (upstream.SPEC_COUNTERS), None where it has none."""
+        fut = asyncio.run_coroutine_threadsafe(self._spec_counters(), self._loop)
+        return await asyncio.wrap_future(fut)
+
     def close(self) -> None:
         if self._loop.is_closed():
             return
@@ -230,6 +235,14 @@ class RemoteEngine:
             raise BackendFailed(f"the backend at {self.url} answered GET /v1/models without a list of "
                                 "models. HINT: is --backend the address of an OpenAI-compatible server?") from None
         return data
+
+    async def _spec_counters(self) -> dict | None:
+        root = self.url.removesuffix("/v1")  # Prometheus /metrics is at the server's root, beside /v1
+        try:
+            resp = await self._client.get(root + "/metrics", timeout=upstream.PROBE_TIMEOUT_S)
+        except httpx.HTTPError:
+            return None  # /health says why the backend cannot be reached; /metrics just lacks its counters
+        return upstream.spec_counters(resp.text) if resp.status_code == 200 else None
 
     async def _probe(self) -> dict:
         state = {"url": self.url, "model": self.model_name}

@@ -23,6 +23,13 @@ CONNECT_TIMEOUT_S = 5.0  # a backend on the LAN answers a connect at once; longe
 READ_TIMEOUT_S = 300.0
 PROBE_TIMEOUT_S = 3.0  # GET /v1/models for /health: a health check must answer quickly
 
+# vLLM's speculative-decoding counters on its Prometheus /metrics (docs.vllm.ai, vllm.v1.spec_decode.metrics
+# SpecDecodingProm): drafts (verify steps), drafted tokens, accepted tokens. SGLang reports acceptance in its
+# /server_info instead, which is not read yet.
+SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts_total",
+                 "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+                 "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total"}
+
 
 class BackendUnavailable(EngineError):
     """The backend cannot be reached (connection refused, DNS, timeout): a 503."""
@@ -166,3 +173,22 @@ def chunk_parts(chunk: dict) -> tuple[str, str | None]:
         text.append((delta.get("content") if isinstance(delta, dict) else choice.get("text")) or "")
         reason = choice.get("finish_reason") or reason
     return "".join(text), reason
+
+
+def spec_counters(text: str) -> dict | None:
+    """SPEC_COUNTERS' totals (summed over their labels: engines, models) from Prometheus text, or None when
+    the backend publishes none of them (no speculation configured, or not vLLM)."""
+    wanted = {name: key for key, name in SPEC_COUNTERS.items()}
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in wanted:
+            rest = line.rsplit("}", 1)[-1] if "{" in line else line[len(name):]  # "VALUE [TIMESTAMP]"
+            try:
+                value = float(rest.split()[0])
+            except (ValueError, IndexError):
+                continue  # a line we cannot read is not a count
+            totals[wanted[name]] = totals.get(wanted[name], 0.0) + value
+    return totals or None

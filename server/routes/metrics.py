@@ -1,4 +1,9 @@
-"""GET /metrics: the engine's running totals in the Prometheus text format."""
+"""GET /metrics: the engine's running totals in the Prometheus text format.
+
+With --backend, the backend's own speculative-decoding totals join them where it publishes
+them (vLLM), named flashdesk_backend_spec_*: they count all of the backend's traffic, not only
+what came through this server.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,15 @@ METRICS = {
 }
 
 
+# upstream.SPEC_COUNTERS key -> (Prometheus name, help)
+BACKEND_SPEC = {
+    "drafts": ("flashdesk_backend_spec_drafts_total", "The backend's speculative verify steps (its own count)."),
+    "draft_tokens": ("flashdesk_backend_spec_drafted_tokens_total", "Tokens the backend drafted (its own count)."),
+    "accepted_tokens": ("flashdesk_backend_spec_accepted_tokens_total",
+                        "Drafted tokens the backend accepted (its own count)."),
+}
+
+
 @router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(request: Request) -> str:
     engine = request.app.state.runtime.engine
@@ -34,4 +48,9 @@ async def metrics(request: Request) -> str:
                   "# TYPE flashdesk_active_requests gauge", f"flashdesk_active_requests {st['active']}",
                   "# HELP flashdesk_queued_requests Requests waiting for a free slot.",
                   "# TYPE flashdesk_queued_requests gauge", f"flashdesk_queued_requests {st['queued']}"]
+    if engine is not None and request.app.state.runtime.remote:
+        spec = await engine.spec_counters() or {}  # only what the backend published: no zeros for the rest
+        for key, (name, help_) in BACKEND_SPEC.items():
+            if key in spec:
+                lines += [f"# HELP {name} {help_}", f"# TYPE {name} counter", f"{name} {spec[key]:g}"]
     return "\n".join(lines) + "\n"

@@ -26,6 +26,7 @@ from server import flags
 from server.app import create_app
 from server.cli import parser
 from server.settings import Settings
+from server.upstream import spec_counters
 
 MSG = [{"role": "user", "content": "Name three things a print shop sells."}]
 KEY = "backend-secret"  # the module's backend wants it: flashdesk sends it, the tests asking directly too
@@ -82,6 +83,27 @@ def test_the_backend_flags_and_their_checks(monkeypatch):
     for bad in ("gpu-box:8000", "ftp://gpu-box", "http://gpu-box:8000/?x=1"):
         with pytest.raises(ValidationError, match="HINT|address only"):
             serve("--backend", bad)
+
+
+def test_the_backends_speculation_counters_are_read_from_its_prometheus_text():
+    text = "\n".join([
+        "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
+        "# TYPE vllm:spec_decode_num_drafts_total counter",
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0',
+        'vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 5.0',
+        'vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7e9',
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 42',
+        "vllm:num_requests_running 3",
+        "vllm:spec_decode_num_accepted_tokens_total 8 1700000000000",  # no labels, a timestamp
+    ])
+    # summed over engines; a counter it did not publish (draft tokens) is absent, never a zero
+    assert spec_counters(text) == {"drafts": 15.0, "accepted_tokens": 50.0}
+    assert spec_counters("vllm:num_requests_running 3\n") is None
+
+
+def test_metrics_show_no_backend_speculation_where_the_backend_publishes_none(front):
+    text = httpx.get(f"{front.base}/metrics").text  # llama-cpp-python's server has no /metrics
+    assert "flashdesk_requests_total" in text and "flashdesk_backend_spec" not in text
 
 
 def test_chat_at_temperature_0_is_the_backends_answer(backend, front):
