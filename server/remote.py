@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from engine import GenerationRequest, StreamEvent, Usage
+from engine import GenerationRequest, InvalidRequest, StreamEvent, Usage
 
 from . import upstream
 from .upstream import BackendFailed, BackendUnavailable, ChatPrompt, UnsupportedWithBackend
@@ -69,6 +69,10 @@ class RemoteEngine:
         """Run `coro` on the engine's loop and wait for it (from any other thread)."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
+    async def _await(self, coro):
+        """Run `coro` on the engine's loop and await it from the server's loop."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
     # -- what the routes call, as on engine.Engine --------------------------------------
 
     def render_chat(self, messages: list[dict]) -> ChatPrompt:
@@ -83,9 +87,9 @@ class RemoteEngine:
         req.sampling.validate()
         upstream.refuse_unsupported(req)
         if req.max_tokens is not None and req.max_tokens < 1:
-            raise UnsupportedWithBackend("max_tokens must be at least 1", param="max_tokens")
+            raise InvalidRequest("max_tokens must be at least 1", param="max_tokens")
         if req.sink is None:
-            raise UnsupportedWithBackend("request has no sink")
+            raise InvalidRequest("request has no sink")
         path, body = upstream.request_body(req, self.model_name)
         self._call(self._start(req, path, body))
         return req
@@ -130,18 +134,15 @@ class RemoteEngine:
 
     async def probe(self) -> dict:
         """The backend's state for /health (awaited from the server's loop): up, down or failing."""
-        fut = asyncio.run_coroutine_threadsafe(self._probe(), self._loop)
-        return await asyncio.wrap_future(fut)
+        return await self._await(self._probe())
 
     async def models(self) -> list[dict]:
         """The backend's GET /v1/models entries; raises BackendUnavailable or BackendFailed."""
-        fut = asyncio.run_coroutine_threadsafe(self._models(), self._loop)
-        return await asyncio.wrap_future(fut)
+        return await self._await(self._models())
 
     async def spec_counters(self) -> dict | None:
         """The backend's own speculative-decoding totals (upstream.SPEC_COUNTERS), None where it has none."""
-        fut = asyncio.run_coroutine_threadsafe(self._spec_counters(), self._loop)
-        return await asyncio.wrap_future(fut)
+        return await self._await(self._spec_counters())
 
     def close(self) -> None:
         if self._loop.is_closed():
