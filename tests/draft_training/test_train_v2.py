@@ -319,7 +319,7 @@ def test_teacher_data_reaches_the_loss(model_path, data, tmp_path, monkeypatch):
         return b
 
     monkeypatch.setattr(train_mod, "sample_batch", with_teacher)
-    on = Trainer(model_path, data, tmp_path / "on", TINY, **quiet).train_step()
+    on = Trainer(model_path, data, tmp_path / "on", replace(TINY, kl_weight=0.5), **quiet).train_step()
     off = Trainer(model_path, data, tmp_path / "off", replace(TINY, kl_weight=0.0), **quiet).train_step()
     assert on["kl"] > 0 and "kl" not in off
 
@@ -328,7 +328,8 @@ def test_teacher_data_reaches_the_loss(model_path, data, tmp_path, monkeypatch):
 
 
 def test_card_reports_switches_categories_and_ab():
-    cfg = {**TrainConfig().__dict__, "init_from": "smollm2-dflash2.gguf"}
+    cfg = {**TrainConfig().__dict__, "init_from": "smollm2-dflash2.gguf", "position_weights": "dpace",
+           "kl_weight": 0.5, "codebooks": "factorised"}
     report = {"target": "smollm2", "draft_bytes": 9e6,
               "data": {"n_answer_tokens": 411000, "n_tokens": 600000, "bytes": 2.4e9, "seconds": 4380},
               "train": {"steps": 1200, "seconds": 3600, "config": cfg, "passes_done": 1.7,
