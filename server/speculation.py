@@ -7,6 +7,8 @@ choices from `names()` in /health instead of keeping its own list. Once a model 
 the engine's facts join them: the drafters it has (and the DFlash draft's kind), its default mode, and whether
 speculation is exact on this backend (`exact`, the reason in `exact_why`) and on (`enabled`),
 and on a banded GPU build the most verify rows it stays exact for (`max_rows`; null: any).
+With --backend, `published()` adds the backend's own totals over all its traffic
+(`backend_counters`, from its Prometheus /metrics), asked when the route answers.
 
 What this is not: a route, or the decision to speculate (that is the engine's).
 """
@@ -44,6 +46,33 @@ def facts(engine: Engine) -> dict:
         "max_rows": engine.max_rows, "draft": _draft(engine),
         "draft_error": engine.draft_error, "cost_curve": engine.cost_curve,
     }
+
+
+async def published(engine: Engine) -> dict:
+    """`facts()`, and for a backend `backend_counters` asked now: what /health and /v1/system publish."""
+    body = facts(engine)
+    if isinstance(engine, RemoteEngine):
+        body["backend_counters"] = backend_counters(await engine.spec_counters())
+    return body
+
+
+def backend_counters(counts: dict | None) -> dict | None:
+    """The backend's own totals (upstream.SPEC_COUNTERS; null where it publishes none) and what they mean:
+    `acceptance`, drafted tokens accepted (accepted / draft_tokens), and `tau`, tokens per verify step as in
+    usage.speculation.tau (1 + accepted / drafts: vLLM's "mean acceptance length"). A count it did not
+    publish, or nothing drafted yet, is a null there, never a zero."""
+    if counts is None:
+        return None
+    drafts, drafted, accepted = (counts.get(k) for k in ("drafts", "draft_tokens", "accepted_tokens"))
+    return {
+        "drafts": _count(drafts), "draft_tokens": _count(drafted), "accepted_tokens": _count(accepted),
+        "acceptance": round(accepted / drafted, 4) if accepted is not None and drafted else None,
+        "tau": round(1 + accepted / drafts, 3) if accepted is not None and drafts else None,
+    }
+
+
+def _count(v: float | None) -> int | float | None:
+    return int(v) if v is not None and v.is_integer() else v  # Prometheus writes every count as a float
 
 
 def _draft(engine: Engine) -> dict | None:

@@ -108,6 +108,7 @@ class ChatPage {
     if (open) {
       clear(this.settingsBox, settingsPanel(this.settings, {
         servedModel: this.ctx.health()?.model,
+        speculation: this.ctx.health()?.speculation,
         onChange: (s) => this.changeSettings(s),
         onSwitchModel: (name) => this.switchTo(name),
       }));
@@ -337,6 +338,7 @@ class ChatPage {
       history: this.conversation.messages.filter((m) => m.role !== "system"),
       settings: this.settings,
       model: this.ctx.health()?.model,
+      backend: this.ctx.health()?.speculation?.backend === true,
     });
     this.attachGeneration();
   }

@@ -19,10 +19,11 @@ function notify(job) {
  * Start writing the answer to `history` ([{role, content}] in order) in conversation
  * `conversationId`. Resolves the job when the answer is saved (job.saved) or failed (job.error).
  */
-export function generate({ conversationId, history, settings, model }) {
+export function generate({ conversationId, history, settings, model, backend = false }) {
   const job = {
     conversationId, text: "", tokens: 0, firstAt: 0, error: null, saved: null, finished: false,
-    meta: { model, speculation_requested: settings.speculation },
+    // `backend`: a backend server wrote it, speculating by its own configuration (chat_stats.js says nothing of it)
+    meta: backend ? { model, backend } : { model, speculation_requested: settings.speculation },
     controller: new AbortController(), listeners: new Set(),
   };
   active = job;
@@ -75,8 +76,8 @@ async function streamAnswer(job, messages, settings, model) {
   const body = {
     model, messages, stream: true, stream_options: { include_usage: true },
     temperature: settings.temperature, max_tokens: settings.max_tokens,
-    speculative: { mode: settings.speculation },
   };
+  if (!job.meta.backend) body.speculative = { mode: settings.speculation }; // a backend refuses one per request
   await stream("/v1/chat/completions", body, {
     signal: job.controller.signal,
     onEvent: (_name, chunk) => {

@@ -2,11 +2,13 @@
 // The last choices are kept in this browser as the defaults for new chats, and each
 // conversation stores its own copy on the server (PATCH /v1/conversations/{id}), so
 // reopening a chat brings back how it was set up. The speculation modes are the server's
-// (GET /health, speculation.modes): this file keeps no list of its own.
+// (GET /health, speculation.modes): this file keeps no list of its own. With --backend the
+// backend speculates by its own configuration and refuses a mode per request, so the panel
+// offers no choice and shows the backend's own figures instead (speculation.backend_counters).
 
 import { get, post } from "./api.js";
 import { h } from "./dom.js";
-import { t } from "./i18n.js";
+import { formatNumber, t } from "./i18n.js";
 
 const STORAGE_KEY = "flashdesk.chatSettings";
 export const DEFAULTS = { model: "", system: "", temperature: 0.7, max_tokens: 512, speculation: "auto" };
@@ -58,7 +60,7 @@ export function clean(settings) {
  * The settings panel. `onChange(settings)` fires on every edit; `onSwitchModel(name)` when
  * the user picks an installed model that is not the one being served.
  */
-export function settingsPanel(initial, { onChange, onSwitchModel, servedModel }) {
+export function settingsPanel(initial, { onChange, onSwitchModel, servedModel, speculation }) {
   let settings = clean(initial);
   const changed = () => onChange({ ...settings });
 
@@ -99,13 +101,32 @@ export function settingsPanel(initial, { onChange, onSwitchModel, servedModel })
     h("label", {}, h("span", { class: "row" }, t("chat.set_temperature"), tempValue), temp,
       h("span", { class: "hint" }, t("chat.set_temperature_hint"))),
     h("label", {}, t("chat.set_max_tokens"), maxTokens, h("span", { class: "hint" }, t("chat.set_max_tokens_hint"))),
-    h("label", {}, t("chat.set_speculation"), spec, h("span", { class: "hint" }, t("chat.set_speculation_hint"))),
+    speculation?.backend ? backendField(speculation.backend_counters)
+      : h("label", {}, t("chat.set_speculation"), spec, h("span", { class: "hint" }, t("chat.set_speculation_hint"))),
     h("button", { type: "button", class: "small", onclick: () => {
       settings = clean({ ...DEFAULTS, model: settings.model });
       system.value = ""; temp.value = settings.temperature; tempValue.textContent = String(settings.temperature);
       maxTokens.value = settings.max_tokens; spec.value = settings.speculation;
       changed();
     } }, t("chat.set_reset")));
+}
+
+/** Speed-up with a backend: who sets it, and the backend's figures, labelled as its own count over all
+ * its users (nobody here can tell one answer's share). Counters null: it publishes none, and we say so. */
+function backendField(counters) {
+  return h("div", { class: "backend-speedup" }, t("chat.set_speculation"),
+    h("span", { class: "hint" }, t("chat.set_speculation_backend")),
+    h("span", { id: "backend-speedup", class: "hint" }, backendFigures(counters)));
+}
+
+function backendFigures(counters) {
+  if (!counters) return t("chat.backend_spec_none");
+  const { acceptance, tau } = counters; // null: not published, or nothing drafted yet; never shown as 0
+  const vars = { pct: formatNumber((acceptance ?? 0) * 100, 0), tau: formatNumber(tau ?? 0, 1) };
+  if (acceptance != null && tau != null) return t("chat.backend_spec_both", vars);
+  if (acceptance != null) return t("chat.backend_spec_acceptance", vars);
+  if (tau != null) return t("chat.backend_spec_tau", vars);
+  return t("chat.backend_spec_idle");
 }
 
 /** The server's modes; until it answers, the default and the current choice (so nothing is lost). */

@@ -1,7 +1,9 @@
 // What an answer cost and how speculation helped: the one-line summary under each
 // answer (live while it streams), and the details popover (tau per position, mode,
 // selector, timings). Numbers come from the stream's `usage` (flashdesk extensions:
-// usage.timings, usage.speculation; see README "API").
+// usage.timings, usage.speculation; see README "API"). A backend's answer has no
+// usage.speculation (meta.backend): its speed-up is the backend's own, unknown per answer, so
+// nothing here claims one or its absence (chat_settings.js shows the backend's overall figures).
 
 import { h } from "./dom.js";
 import { formatNumber, t } from "./i18n.js";
@@ -17,7 +19,7 @@ export function summaryText(meta) {
   if (spec && spec.mode !== "off" && spec.verifies > 0) {
     parts.push(t("chat.stats_tau", { tau: formatNumber(spec.tau, 2) }));
     if (spec.speedup) parts.push(t("chat.stats_speedup", { x: formatNumber(spec.speedup, 1) }));
-  } else if (meta.usage) { // no speculation, or the chooser decoded every step plainly
+  } else if (meta.usage && !meta.backend) { // no speculation, or the chooser decoded every step plainly
     parts.push(t("chat.stats_plain"));
   }
   if (meta.stopped) parts.push(t("chat.stats_stopped"));
@@ -35,7 +37,7 @@ export function detailsButton(meta) {
   const u = meta.usage || {};
   const spec = u.speculation;
   const timings = u.timings || {};
-  const modeName = spec ? t(`chat.mode_${spec.mode}`) : t("chat.mode_off");
+  const modeName = spec ? t(`chat.mode_${spec.mode}`) : meta.backend ? t("chat.mode_backend") : t("chat.mode_off");
   const table = h("table", { class: "stats-table" },
     row(t("chat.details_model"), meta.model),
     row(t("chat.details_mode"), modeName),

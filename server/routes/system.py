@@ -1,11 +1,12 @@
 """GET /v1/system: what hardware the model runs on (engine/hardware.py gathers the facts and
 a `reason` code the UI words in the reader's language), plus the served model and, once it
-is loaded, the same speculation facts as /health (server/speculation.py); null while loading.
+is loaded, the same speculation facts as /health (server/speculation.py `published`); null while loading.
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
 
 from engine.hardware import report
 from engine.store import ModelStore
@@ -16,14 +17,14 @@ router = APIRouter()
 
 
 @router.get("/v1/system")
-def system(request: Request):
+async def system(request: Request):
     settings = request.app.state.settings
     rt = request.app.state.runtime
     eng = rt.engine if rt.status == "ready" else None  # read once: a switch may clear it meanwhile
     return {
         "object": "system",
-        **report(rt.settings.threads),
+        **await run_in_threadpool(report, rt.settings.threads),  # asks the devices: off the server's loop
         "model": {"status": rt.status, "name": rt.model.name if rt.model else None},
-        "speculation": speculation.facts(eng) if eng else None,
+        "speculation": await speculation.published(eng) if eng else None,
         "home": str(ModelStore(settings.home).home),  # where models, chats and the audit log live
     }

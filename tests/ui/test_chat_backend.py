@@ -1,6 +1,8 @@
 """The chat page in a real browser against `flashdesk serve --backend`: llama-cpp-python's own
 server behind it (tests/backend_server.py). The page streams and saves the backend's answer
-as it does the local engine's, with no JavaScript error, and shows a backend that went away."""
+as it does the local engine's, with no JavaScript error, and shows a backend that went away. Of the
+backend's speed-up it claims nothing per answer, and says that this backend publishes no figures
+(tests/ui/test_chat_backend_stats.py shows a vLLM's)."""
 
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ def test_the_chat_page_answers_through_the_backend(browser, remote):
             "max_tokens": 24}).json()["choices"][0]["message"]["content"]
         assert [m["role"] for m in conv["messages"]] == ["user", "assistant"]
         assert conv["messages"][1]["content"] == want
+        assert "speed-up" not in page.text_content(".msg.assistant .stats")  # unknown per answer: not "none"
+        page.click("button[aria-controls=chat-settings]")
+        assert page.text_content("#backend-speedup") == "The backend server publishes no speed-up figures."
 
         backend.kill()  # the page says so instead of offering to send
         page.wait_for_selector("#server-status:not([data-state=ready])", timeout=60_000)
