@@ -30,6 +30,7 @@ class Usage:
     prefill_ms: float = 0.0  # submit -> first token (queueing + prompt processing)
     decode_ms: float = 0.0  # first token -> last token
     speculation: dict | None = None  # SpecStats.as_dict() when the request speculated
+    counted: bool = True  # False: the token counts are unknown (a backend that sent none), not zero
 
     @property
     def total_tokens(self) -> int:
@@ -51,6 +52,8 @@ class StreamEvent:
     usage: Usage | None = None  # set on the last event
     error: EngineError | None = None
     logprobs: list[float] | None = None  # log p of each token under the target (when requested)
+    # The bytes of each token where no token ids are known here (a backend's answer, with logprobs)
+    pieces: list[bytes] | None = None
 
     @property
     def final(self) -> bool:
@@ -107,18 +110,21 @@ class Completion:
     tokens: list[int]
     finish_reason: str
     usage: Usage
-    logprobs: list[float] | None = None
+    logprobs: list[float] | None = None  # one per token, or None
+    pieces: list[bytes] | None = None  # the tokens' bytes where their ids are unknown (StreamEvent.pieces)
 
     @classmethod
     def collect(cls, events: Iterator[StreamEvent]) -> "Completion":
-        text, tokens, logprobs = [], [], []
+        text, tokens, logprobs, pieces = [], [], [], []
         for ev in events:
             if ev.error is not None:
                 raise ev.error
             text.append(ev.text)
             tokens.extend(ev.tokens)
             logprobs.extend(ev.logprobs or [])
+            pieces.extend(ev.pieces or [])
             if ev.final:
+                n = len(tokens) or len(pieces)
                 return cls("".join(text), tokens, ev.finish_reason or "stop", ev.usage or Usage(),
-                           logprobs if len(logprobs) == len(tokens) and tokens else None)
+                           logprobs if len(logprobs) == n and n else None, pieces or None)
         raise RuntimeError("event stream ended without a final event")

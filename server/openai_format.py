@@ -23,7 +23,7 @@ def finish(reason: str | None) -> str | None:
 def usage(u: Usage | None) -> dict | None:
     if u is None:
         return None
-    counted = getattr(u, "counted", True)  # False: a backend that sent no token counts (server/remote.py)
+    counted = u.counted  # False: a backend that sent no token counts (server/remote.py): null, not 0
     out = {
         "prompt_tokens": u.prompt_tokens if counted else None,
         "completion_tokens": u.completion_tokens if counted else None,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from engine import GenerationRequest, InvalidRequest, StreamEvent, Usage
+from engine import EngineError, GenerationRequest, InvalidRequest, StreamEvent, Usage
 
 from . import upstream
 from .upstream import BackendFailed, BackendUnavailable, ChatPrompt, UnsupportedWithBackend
@@ -31,14 +31,6 @@ from .upstream import BackendFailed, BackendUnavailable, ChatPrompt, Unsupported
 log = logging.getLogger("flashdesk.server")
 
 WATCH_S = 0.05  # how often the cancel flags are read: the local engine reads them once per step
-
-
-@dataclass
-class BackendUsage(Usage):
-    """Usage of a backend answer. `counted` is False when the backend sent no token counts (llama-cpp-python's
-    server streams none): the counts are then unknown, and the API says so instead of reporting zeros."""
-
-    counted: bool = True
 
 
 @dataclass(frozen=True)
@@ -53,6 +45,9 @@ class RemoteEngine:
         self.n_ctx: int | None = None  # the backend's context length, where it says (vLLM does)
         self.info = RemoteInfo(f"the backend at {self.url}")
         self.totals: collections.Counter = collections.Counter()  # (metric, label) -> count, as Engine.totals
+        # llama-cpp-python's server takes a schema only as {"type": "json_object", "schema": ...}; once it has
+        # refused OpenAI's json_schema, every schema is sent so (upstream.json_object_dialect)
+        self.json_object_schemas = False
         self._active: dict[int, tuple[GenerationRequest, asyncio.Task]] = {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="flashdesk-backend", daemon=True)
@@ -79,8 +74,8 @@ class RemoteEngine:
         return ChatPrompt(tuple(dict(m) for m in messages))
 
     def tokenize_prompt(self, prompt) -> list[int]:
-        raise UnsupportedWithBackend("this needs the model's tokenizer here (the work-order API counts the "
-                                     "prompt's tokens); it is not available with --backend yet")
+        raise UnsupportedWithBackend("counting a prompt's tokens needs the model's tokenizer here; with "
+                                     "--backend the backend counts them")
 
     def submit(self, req: GenerationRequest) -> GenerationRequest:
         """Validate `req`, send it and wait until the backend accepts it; raises EngineError."""
@@ -160,6 +155,21 @@ class RemoteEngine:
     # -- on the engine's loop --------------------------------------------------------------
 
     async def _start(self, req: GenerationRequest, path: str, body: dict) -> None:
+        translated = upstream.json_object_dialect(body.get("response_format"))
+        if translated is not None and self.json_object_schemas:
+            body = body | {"response_format": translated}
+        try:
+            resp = await self._send(path, body)
+        except EngineError as e:
+            if translated is None or self.json_object_schemas or not upstream.refuses_json_schema(e):
+                raise
+            log.info("the backend at %s takes schemas as json_object: sending them so from now on", self.url)
+            self.json_object_schemas = True
+            resp = await self._send(path, body | {"response_format": translated})
+        self._active[req.id] = (req, asyncio.create_task(self._relay(req, resp)))
+
+    async def _send(self, path: str, body: dict) -> httpx.Response:
+        """The backend's streamed answer to one request; its error status raised as an EngineError."""
         try:
             resp = await self._client.send(self._client.build_request("POST", self.url + path, json=body),
                                            stream=True)
@@ -169,7 +179,7 @@ class RemoteEngine:
             text = (await resp.aread()).decode("utf-8", "replace")
             await resp.aclose()
             raise upstream.error_for(resp.status_code, text, self.url)
-        self._active[req.id] = (req, asyncio.create_task(self._relay(req, resp)))
+        return resp
 
     async def _relay(self, req: GenerationRequest, resp: httpx.Response) -> None:
         first = last = None
@@ -184,12 +194,13 @@ class RemoteEngine:
                         break
                     chunk = json.loads(data)
                     got = chunk.get("usage") or got
-                    text, finished = upstream.chunk_parts(chunk)
+                    text, finished, tokens = upstream.chunk_parts(chunk)
                     reason = finished or reason
-                    if text:
+                    if text or tokens:
                         last = time.perf_counter()
                         first = first or last
-                        req.sink(StreamEvent(text=text))
+                        req.sink(StreamEvent(text=text, pieces=[b for b, _ in tokens] or None,
+                                             logprobs=[lp for _, lp in tokens] or None))
             except (httpx.HTTPError, ValueError) as e:  # the connection broke, or a chunk was not JSON
                 raise BackendFailed(f"the backend at {self.url} stopped mid-answer: {_why(e)}. "
                                     "HINT: see the backend's own log") from None
@@ -268,13 +279,13 @@ def _why(e: Exception) -> str:
     return str(e) or type(e).__name__
 
 
-def _usage(got: dict | None, submitted: float, first: float | None, last: float | None) -> BackendUsage:
+def _usage(got: dict | None, submitted: float, first: float | None, last: float | None) -> Usage:
     """Our Usage from the backend's `usage` object (None when it sent none) and the times we saw."""
     prefill = ((first or time.perf_counter()) - submitted) * 1000.0
     decode = ((last - first) * 1000.0) if first is not None and last is not None else 0.0
     if not got:
-        return BackendUsage(prefill_ms=prefill, decode_ms=decode, counted=False)
+        return Usage(prefill_ms=prefill, decode_ms=decode, counted=False)
     cached = (got.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    return BackendUsage(prompt_tokens=int(got.get("prompt_tokens") or 0),
+    return Usage(prompt_tokens=int(got.get("prompt_tokens") or 0),
                         completion_tokens=int(got.get("completion_tokens") or 0), cached_tokens=int(cached),
                         prefill_ms=prefill, decode_ms=decode)

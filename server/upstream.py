@@ -94,9 +94,12 @@ def refuse_unsupported(req: GenerationRequest) -> None:
     if req.grammar and getattr(req, "response_format", None) is None:  # a grammar of our own making (work orders)
         raise UnsupportedWithBackend("a grammar made here cannot be passed to a backend; only response_format "
                                      "can", param="response_format")
-    if req.logprobs or req.close_within:
-        raise UnsupportedWithBackend("token log-probabilities and closing within max_tokens need the model "
-                                     "here; a backend does not give them yet")
+    if req.close_within:
+        raise UnsupportedWithBackend("closing the JSON within max_tokens needs the model here; a backend "
+                                     "cannot do it", param="max_tokens")
+    if req.logprobs and not isinstance(req.prompt, ChatPrompt):
+        raise UnsupportedWithBackend("token log-probabilities are read from a backend's chat answers only",
+                                     param="logprobs")
 
 
 def _sampling(s: SamplingParams) -> dict:
@@ -123,6 +126,8 @@ def request_body(req: GenerationRequest, model: str) -> tuple[str, dict]:
     if isinstance(req.prompt, ChatPrompt):
         if getattr(req, "response_format", None) is not None:
             body["response_format"] = req.response_format  # as the client sent it: the backend enforces it
+        if req.logprobs:  # each token's log p, no alternatives (chunk_parts reads them)
+            body |= {"logprobs": True, "top_logprobs": 0}
         return "/chat/completions", {**body, "messages": list(req.prompt.messages)}
     return "/completions", {**body, "prompt": req.prompt}
 
@@ -163,16 +168,36 @@ def sse_data(line: str) -> str | None:
     return line[5:].strip()
 
 
-def chunk_parts(chunk: dict) -> tuple[str, str | None]:
-    """(new text, finish reason or None) of one streamed chunk, chat or completion."""
+def chunk_parts(chunk: dict) -> tuple[str, str | None, list[tuple[bytes, float]]]:
+    """(new text, finish reason or None, (bytes, log p) of each token where the chunk carries chat
+    logprobs) of one streamed chunk, chat or completion."""
     if "error" in chunk:  # vLLM reports a failure inside the stream this way
         raise BackendFailed(f"the backend failed mid-answer: {error_message(500, json.dumps(chunk))}")
-    text, reason = [], None
+    text, reason, tokens = [], None, []
     for choice in chunk.get("choices") or []:
         delta = choice.get("delta")
         text.append((delta.get("content") if isinstance(delta, dict) else choice.get("text")) or "")
         reason = choice.get("finish_reason") or reason
-    return "".join(text), reason
+        for t in (choice.get("logprobs") or {}).get("content") or []:
+            # OpenAI's `bytes` say a token that ends inside a UTF-8 character exactly; its `token` text cannot
+            raw = bytes(t["bytes"]) if t.get("bytes") is not None else str(t.get("token", "")).encode("utf-8")
+            tokens.append((raw, float(t["logprob"])))
+    return "".join(text), reason, tokens
+
+
+def json_object_dialect(fmt: dict | None) -> dict | None:
+    """OpenAI's `{"type": "json_schema", "json_schema": {"schema": S}}` in llama-cpp-python's dialect,
+    `{"type": "json_object", "schema": S}` (its server knows no other and enforces S with a grammar),
+    or None when `fmt` carries no json_schema."""
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    return {"type": "json_object", "schema": (fmt.get("json_schema") or {}).get("schema", {})}
+
+
+def refuses_json_schema(err: EngineError) -> bool:
+    """Whether a backend's error says it takes response_format json_object only (llama-cpp-python's 500
+    "Input should be 'text' or 'json_object'"): then json_object_dialect is what it understands."""
+    return "json_object" in err.message and "json_schema" in err.message
 
 
 def spec_counters(text: str) -> dict | None:

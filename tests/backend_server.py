@@ -1,6 +1,7 @@
 """llama-cpp-python's own OpenAI server (`python -m llama_cpp.server`) as the backend of
 `flashdesk serve --backend` in the tests: a real server we did not write, on loopback, with the
-SmolLM2 test model and one llama.cpp thread. Not a fixture: tests/server and tests/ui each start one.
+SmolLM2 test model, one llama.cpp thread and a context that holds a work-order prompt. Not a
+fixture: tests/server and tests/ui each start one.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class Backend:
         self.log = open(self.log_path, "a")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", self.model_path, "--model_alias", ALIAS,
-             "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", "1024", "--n_threads", "1",
+             "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", "4096", "--n_threads", "1",
              "--n_threads_batch", "1", *(["--api_key", self.api_key] if self.api_key else [])],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120

@@ -9,7 +9,8 @@ GET  /v1/workorders/export          the same as CSV (Excel-ready) or JSONL
 GET  /v1/workorders/{id}            one stored parse
 
 Extraction is greedy (temperature 0) and grammar-constrained by the template's schema, with
-speculation on (prompt lookup shines here: the answer copies spans of the message).
+speculation on (prompt lookup shines here: the answer copies spans of the message). With
+--backend the backend enforces the schema; the answer is validated here all the same.
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ async def parse(body: ParseRequest, request: Request):
         "review_details": out.review.details,
         "warnings": record.warnings, "field_confidence": {k: round(v, 3) for k, v in out.confidence.items()},
         "finish_reason": fmt.finish(done.finish_reason), "usage": usage,
+        "unavailable": out.unavailable,  # with a backend: what needs the model here (extract.py), and why
     }
 
 

@@ -4,6 +4,10 @@
 turns the finished completion into the result, its validity, the field confidences and the
 review. Shared by the API route and bench/workorders.py, so the benchmark measures exactly
 what users get.
+
+With a backend (server/remote.py) the request is a chat with the schema as `response_format`:
+the backend renders, counts and fits the prompt, and enforces the schema with its own guided
+decoding. What needs the model here is reported in `Outcome.unavailable`, never faked.
 """
 
 from __future__ import annotations
@@ -16,11 +20,17 @@ from engine import Completion, ContextLengthExceeded, Engine, GenerationRequest,
 from engine.speculative.params import SpecParams
 
 from ..openai_format import structured
+from ..remote import RemoteEngine
+from ..upstream import ChatGeneration, ChatPrompt
 from . import dates, prompt
 from .review import Review, review, without_repeats
 from .spans import field_confidence
 from .templates import Template
 
+# What a parse through a backend cannot give (server/remote.py), by the name the response lists it under
+NO_CLOSING = ("closing within max_tokens needs the model here: through a backend, an answer that reaches "
+              "max_tokens is cut off (invalid, needs review) instead of closed early")
+NO_CONFIDENCE = "field confidence needs token probabilities, and the backend returned none"
 ANSWER_TOKENS = 1280  # room kept for the answer unless max_tokens says otherwise (a right answer: 250-600)
 MIN_ANSWER_TOKENS = 256
 
@@ -45,12 +55,18 @@ class Outcome:
     errors: list[str]
     review: Review
     confidence: dict[str, float] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)  # feature -> why (with a backend)
 
 
 def request_for(engine: Engine, template: Template, text: str, sent: dt.date, language: str | None = None,
                 max_tokens: int | None = None, spec: SpecParams = SpecParams()) -> GenerationRequest:
     """Greedy, grammar-constrained, with token log-probabilities; raises ContextLengthExceeded."""
-    ids = engine.tokenize_prompt(engine.render_chat(prompt.messages(template, text, sent, language)))
+    rendered = engine.render_chat(prompt.messages(template, text, sent, language))
+    if isinstance(rendered, ChatPrompt):  # a backend: it sizes the answer to its own context
+        fmt = {"type": "json_schema", "json_schema": {"name": template.name, "schema": template.schema}}
+        return ChatGeneration(rendered, max_tokens, SamplingParams(temperature=0), [], spec, logprobs=True,
+                              response_format=fmt)
+    ids = engine.tokenize_prompt(rendered)
     room = engine.n_ctx - len(ids)
     reserve = closing_reserve(template.schema)
     if max_tokens is None and room >= max(MIN_ANSWER_TOKENS, 2 * reserve):
@@ -95,9 +111,14 @@ def _resolve_date(template: Template, result: dict, text: str, sent: dt.date, no
 def assess(engine: Engine, template: Template, done: Completion, text: str, sent: dt.date) -> Outcome:
     errors = structured(template.constraint, done.text, done.finish_reason)["errors"]
     result = json.loads(done.text) if not errors else None
-    confidence, repeats = {}, 0
+    confidence, repeats, unavailable = {}, 0, {}
+    if isinstance(engine, RemoteEngine):  # the backend's own tokens; no grammar here to close early
+        unavailable["close_within_max_tokens"] = NO_CLOSING
+        if done.logprobs is None:
+            unavailable["field_confidence"] = NO_CONFIDENCE
     if result is not None and done.logprobs:
-        confidence = field_confidence(done.text, [engine.model.piece(t) for t in done.tokens], done.logprobs)
+        pieces = done.pieces if done.pieces is not None else [engine.model.piece(t) for t in done.tokens]
+        confidence = field_confidence(done.text, pieces, done.logprobs)
     notes: list[tuple[str, str, str, dict, bool]] = []  # (field, code, message, params, needs review)
     if result is not None:
         deduped, repeats = without_repeats(result)
@@ -117,4 +138,4 @@ def assess(engine: Engine, template: Template, done: Completion, text: str, sent
     if done.usage.closed_early and result is not None:
         verdict.flag("closed_early", "the answer ran long and was closed early to end within max_tokens: "
                      "values after that point are empty")
-    return Outcome(result, not errors, errors, verdict, confidence)
+    return Outcome(result, not errors, errors, verdict, confidence, unavailable)

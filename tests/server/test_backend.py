@@ -10,6 +10,7 @@ request works once it is back. One backend per module, one llama.cpp thread, sho
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ from server import flags
 from server.app import create_app
 from server.cli import parser
 from server.settings import Settings
-from server.upstream import spec_counters
+from server.upstream import chunk_parts, json_object_dialect, spec_counters
 
 MSG = [{"role": "user", "content": "Name three things a print shop sells."}]
 KEY = "backend-secret"  # the module's backend wants it: flashdesk sends it, the tests asking directly too
@@ -99,6 +100,18 @@ def test_the_backends_speculation_counters_are_read_from_its_prometheus_text():
     # summed over engines; a counter it did not publish (draft tokens) is absent, never a zero
     assert spec_counters(text) == {"drafts": 15.0, "accepted_tokens": 50.0}
     assert spec_counters("vllm:num_requests_running 3\n") is None
+
+
+def test_token_log_probabilities_are_read_from_chat_chunks():
+    chunk = {"choices": [{"index": 0, "delta": {"content": "é!"}, "finish_reason": None, "logprobs": {"content": [
+        {"token": "\u00e9", "logprob": -0.5, "bytes": [195, 169]},  # OpenAI and vLLM send the bytes
+        {"token": "!", "logprob": -1.0, "bytes": None}]}}]}  # llama-cpp-python sends null: the text's UTF-8
+    assert chunk_parts(chunk) == ("é!", None, [(b"\xc3\xa9", -0.5), (b"!", -1.0)])
+    assert chunk_parts({"choices": [{"delta": {"content": "x"}, "logprobs": None, "finish_reason": "stop"}]}) \
+        == ("x", "stop", [])
+    fmt = {"type": "json_schema", "json_schema": {"name": "o", "schema": QTY, "strict": True}}
+    assert json_object_dialect(fmt) == {"type": "json_object", "schema": QTY}
+    assert json_object_dialect({"type": "json_object"}) is None and json_object_dialect(None) is None
 
 
 def test_metrics_show_no_backend_speculation_where_the_backend_publishes_none(front):
@@ -180,19 +193,66 @@ def test_json_object_is_enforced_by_the_backend_and_validated_here(backend, fron
     assert check["valid"] is False and "max_tokens" in check["errors"][0]
 
 
-def test_a_schema_the_backend_cannot_take_is_its_error_not_a_silent_pass(front):
-    # llama-cpp-python knows only {"type": "json_object", "schema": ...}, and answers OpenAI's json_schema with a 500
-    fmt = {"type": "json_schema", "json_schema": {"name": "order", "schema": {
-        "type": "object", "properties": {"qty": {"type": "integer"}}, "required": ["qty"]}}}
-    r = httpx.post(f"{front.base}/v1/chat/completions", timeout=120,
-                   json={"model": ALIAS, "messages": ORDER, "max_tokens": 32, "response_format": fmt})
-    err = r.json()["error"]
-    assert r.status_code == 502 and err["code"] == "backend_error" and "json_object" in err["message"], err
+QTY = {"type": "object", "properties": {"qty": {"type": "integer"}}, "required": ["qty"]}
 
 
-def test_the_work_order_api_says_it_is_not_available(front):
-    r = httpx.post(f"{front.base}/v1/workorders/parse", json={"text": "50 flyers by Friday"}, timeout=60)
-    assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_with_backend"
+def test_json_schema_reaches_llama_cpp_python_in_its_own_dialect_and_is_validated_here(backend, front):
+    # llama-cpp-python answers OpenAI's json_schema with a 500 that names json_object, the one type it takes (with
+    # a "schema" it enforces): flashdesk sends schemas so from then on, and still validates every answer
+    fmt = {"type": "json_schema", "json_schema": {"name": "order", "schema": QTY}}
+    kw = dict(model=ALIAS, messages=ORDER, temperature=0, max_tokens=32)
+    got = httpx.post(f"{front.base}/v1/chat/completions", json=kw | {"response_format": fmt}, timeout=120).json()
+    want = httpx.post(f"{backend.base}/v1/chat/completions", headers=backend.headers, timeout=120,
+                      json=kw | {"response_format": {"type": "json_object", "schema": QTY}}).json()
+    content = got["choices"][0]["message"]["content"]
+    assert content == want["choices"][0]["message"]["content"]
+    assert got["choices"][0]["structured_output"] == {"valid": True, "errors": []}
+    assert isinstance(json.loads(content)["qty"], int)
+    assert front.app.state.runtime.engine.json_object_schemas  # learned once, kept
+    again = httpx.post(f"{front.base}/v1/chat/completions", json=kw | {"response_format": fmt}, timeout=120).json()
+    assert again["choices"][0]["message"]["content"] == content
+
+
+WORK_ORDER = ("Hi, this is Anna Berg from Berg Bakery. We need 500 flyers A5, glossy, by Friday. "
+              "Call 0912-345-678.")
+
+
+def test_a_work_order_parse_through_the_backend_end_to_end(backend, front):
+    from server.workorders import prompt
+    from server.workorders.templates import TemplateStore
+
+    body = {"text": WORK_ORDER, "sent_date": "2026-12-01"}  # a Tuesday: Friday is 2026-12-04
+    r = httpx.post(f"{front.base}/v1/workorders/parse", json=body, timeout=600)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["valid"] is True and out["errors"] == [] and out["model"] == ALIAS
+    # the backend's own answer to the same chat and schema at T=0, before our date rule and review
+    template = TemplateStore(None).get("work_order")
+    msgs = prompt.messages(template, WORK_ORDER, dt.date(2026, 12, 1), None)
+    direct = httpx.post(f"{backend.base}/v1/chat/completions", headers=backend.headers, timeout=600, json={
+        "model": ALIAS, "messages": msgs, "temperature": 0,
+        "response_format": {"type": "json_object", "schema": template.schema}}).json()
+    wrote = json.loads(direct["choices"][0]["message"]["content"])
+    assert {k: v for k, v in out["result"].items() if k != "due_date"} == \
+        {k: v for k, v in wrote.items() if k != "due_date"}
+    assert out["result"]["due_date"] == "2026-12-04"  # the date rule: from the message, not the model
+    # field confidence from the backend's token log-probabilities, in (0, 1], for the fields it wrote
+    conf = out["field_confidence"]
+    assert "customer_name" in conf and all(0 < p <= 1 for p in conf.values())
+    assert set(out["unavailable"]) == {"close_within_max_tokens"}
+    stored = httpx.get(f"{front.base}/v1/workorders/{out['id']}").json()  # the audit trail holds it
+    assert stored["output"] == out["result"] and stored["template"] == "work_order"
+    assert stored["needs_review"] == out["needs_review"]
+
+
+def test_a_work_order_cut_off_by_max_tokens_through_the_backend_needs_review(front):
+    r = httpx.post(f"{front.base}/v1/workorders/parse", timeout=600,
+                   json={"text": WORK_ORDER, "sent_date": "2026-12-01", "max_tokens": 16})
+    out = r.json()
+    assert r.status_code == 200, out
+    assert out["valid"] is False and out["needs_review"] is True and out["result"] is None
+    assert out["finish_reason"] == "length" and "max_tokens" in out["errors"][0]
+    assert "close_within_max_tokens" in out["unavailable"]
 
 
 def test_an_unknown_model_is_a_404(front):
