@@ -135,9 +135,9 @@ class RemoteEngine:
         """The backend's GET /v1/models entries; raises BackendUnavailable or BackendFailed."""
         return await self._await(self._models())
 
-    async def spec_counters(self) -> dict | None:
-        """The backend's own speculative-decoding totals (upstream.SPEC_COUNTERS), None where it has none."""
-        return await self._await(self._spec_counters())
+    async def spec_figures(self) -> dict | None:
+        """The backend's own speculation figures (upstream.spec_figures), None where it publishes none."""
+        return await self._await(self._spec_figures())
 
     def close(self) -> None:
         if self._loop.is_closed():
@@ -248,13 +248,13 @@ class RemoteEngine:
                                 "models. HINT: is --backend the address of an OpenAI-compatible server?") from None
         return data
 
-    async def _spec_counters(self) -> dict | None:
+    async def _spec_figures(self) -> dict | None:
         root = self.url.removesuffix("/v1")  # Prometheus /metrics is at the server's root, beside /v1
         try:
             resp = await self._client.get(root + "/metrics", timeout=upstream.PROBE_TIMEOUT_S)
         except httpx.HTTPError:
             return None  # /health says why the backend cannot be reached; /metrics just lacks its counters
-        return upstream.spec_counters(resp.text) if resp.status_code == 200 else None
+        return upstream.spec_figures(resp.text) if resp.status_code == 200 else None
 
     async def _probe(self) -> dict:
         state = {"url": self.url, "model": self.model_name}

@@ -52,23 +52,29 @@ async def published(engine: Engine) -> dict:
     """`facts()`, and for a backend `backend_counters` asked now: what /health and /v1/system publish."""
     body = facts(engine)
     if isinstance(engine, RemoteEngine):
-        body["backend_counters"] = backend_counters(await engine.spec_counters())
+        body["backend_counters"] = backend_counters(await engine.spec_figures())
     return body
 
 
 def backend_counters(counts: dict | None) -> dict | None:
-    """The backend's own totals (upstream.SPEC_COUNTERS; null where it publishes none) and what they mean:
+    """The backend's own figures (upstream.spec_figures; null where it publishes none) and what they mean:
     `acceptance`, drafted tokens accepted (accepted / draft_tokens), and `tau`, tokens per verify step as in
-    usage.speculation.tau (1 + accepted / drafts: vLLM's "mean acceptance length"). A count it did not
-    publish, or nothing drafted yet, is a null there, never a zero."""
+    usage.speculation.tau (1 + accepted / drafts: vLLM's "mean acceptance length"). SGLang publishes no
+    counts, only both rates over its last interval (SPEC_GAUGES): they are taken as they are. A figure it did
+    not publish, or nothing drafted yet, is a null there, never a zero."""
     if counts is None:
         return None
     drafts, drafted, accepted = (counts.get(k) for k in ("drafts", "draft_tokens", "accepted_tokens"))
+    rate, length = counts.get("accept_rate"), counts.get("accept_length")
     return {
         "drafts": _count(drafts), "draft_tokens": _count(drafted), "accepted_tokens": _count(accepted),
-        "acceptance": round(accepted / drafted, 4) if accepted is not None and drafted else None,
-        "tau": round(1 + accepted / drafts, 3) if accepted is not None and drafts else None,
+        "acceptance": round(accepted / drafted, 4) if accepted is not None and drafted else _rate(rate, 4),
+        "tau": round(1 + accepted / drafts, 3) if accepted is not None and drafts else _rate(length, 3),
     }
+
+
+def _rate(v: float | None, digits: int) -> float | None:
+    return round(v, digits) if v else None  # SGLang's gauges read 0 before anything was drafted: not a rate
 
 
 def _count(v: float | None) -> int | float | None:

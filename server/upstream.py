@@ -24,11 +24,13 @@ READ_TIMEOUT_S = 300.0
 PROBE_TIMEOUT_S = 3.0  # GET /v1/models for /health: a health check must answer quickly
 
 # vLLM's speculative-decoding counters on its Prometheus /metrics (docs.vllm.ai, vllm.v1.spec_decode.metrics
-# SpecDecodingProm): drafts (verify steps), drafted tokens, accepted tokens. SGLang reports acceptance in its
-# /server_info instead, which is not read yet.
+# SpecDecodingProm): drafts (verify steps), drafted tokens, accepted tokens; summed over engines.
 SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts_total",
                  "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
                  "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total"}
+# SGLang's gauges (with --enable-metrics; sglang/srt/metrics/collector.py): drafted tokens accepted (0-1) and
+# tokens per verify step, the bonus token included (our tau), over its last log interval; averaged over ranks.
+SPEC_GAUGES = {"accept_rate": "sglang:spec_accept_rate", "accept_length": "sglang:spec_accept_length"}
 
 
 class BackendUnavailable(EngineError):
@@ -200,11 +202,12 @@ def refuses_json_schema(err: EngineError) -> bool:
     return "json_object" in err.message and "json_schema" in err.message
 
 
-def spec_counters(text: str) -> dict | None:
-    """SPEC_COUNTERS' totals (summed over their labels: engines, models) from Prometheus text, or None when
-    the backend publishes none of them (no speculation configured, or not vLLM)."""
-    wanted = {name: key for key, name in SPEC_COUNTERS.items()}
-    totals: dict[str, float] = {}
+def spec_figures(text: str) -> dict | None:
+    """The backend's own speculation figures from its Prometheus text: SPEC_COUNTERS' totals (summed over
+    their labels: engines, models) and SPEC_GAUGES' values (averaged over ranks), each under its key; None
+    when the backend publishes none of them (no speculation configured, or neither vLLM nor SGLang)."""
+    wanted = {name: key for key, name in (SPEC_COUNTERS | SPEC_GAUGES).items()}
+    seen: dict[str, list[float]] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -214,6 +217,6 @@ def spec_counters(text: str) -> dict | None:
             try:
                 value = float(rest.split()[0])
             except (ValueError, IndexError):
-                continue  # a line we cannot read is not a count
-            totals[wanted[name]] = totals.get(wanted[name], 0.0) + value
-    return totals or None
+                continue  # a line we cannot read is not a figure
+            seen.setdefault(wanted[name], []).append(value)
+    return {k: (sum(v) if k in SPEC_COUNTERS else sum(v) / len(v)) for k, v in seen.items()} or None

@@ -23,12 +23,18 @@ METRICS = {
 }
 
 
-# upstream.SPEC_COUNTERS key -> (Prometheus name, help)
+# upstream.SPEC_COUNTERS and SPEC_GAUGES key -> (Prometheus name, type, help)
 BACKEND_SPEC = {
-    "drafts": ("flashdesk_backend_spec_drafts_total", "The backend's speculative verify steps (its own count)."),
-    "draft_tokens": ("flashdesk_backend_spec_drafted_tokens_total", "Tokens the backend drafted (its own count)."),
-    "accepted_tokens": ("flashdesk_backend_spec_accepted_tokens_total",
+    "drafts": ("flashdesk_backend_spec_drafts_total", "counter",
+               "The backend's speculative verify steps (its own count)."),
+    "draft_tokens": ("flashdesk_backend_spec_drafted_tokens_total", "counter",
+                     "Tokens the backend drafted (its own count)."),
+    "accepted_tokens": ("flashdesk_backend_spec_accepted_tokens_total", "counter",
                         "Drafted tokens the backend accepted (its own count)."),
+    "accept_rate": ("flashdesk_backend_spec_accept_rate", "gauge",
+                    "Share of drafted tokens the backend accepted over its last interval (its own figure)."),
+    "accept_length": ("flashdesk_backend_spec_accept_length", "gauge",
+                      "Tokens per verify step on the backend over its last interval (its own figure)."),
 }
 
 
@@ -49,8 +55,8 @@ async def metrics(request: Request) -> str:
                   "# HELP flashdesk_queued_requests Requests waiting for a free slot.",
                   "# TYPE flashdesk_queued_requests gauge", f"flashdesk_queued_requests {st['queued']}"]
     if engine is not None and request.app.state.runtime.remote:
-        spec = await engine.spec_counters() or {}  # only what the backend published: no zeros for the rest
-        for key, (name, help_) in BACKEND_SPEC.items():
+        spec = await engine.spec_figures() or {}  # only what the backend published: no zeros for the rest
+        for key, (name, kind, help_) in BACKEND_SPEC.items():
             if key in spec:
-                lines += [f"# HELP {name} {help_}", f"# TYPE {name} counter", f"{name} {spec[key]:g}"]
+                lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name} {spec[key]:g}"]
     return "\n".join(lines) + "\n"

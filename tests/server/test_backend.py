@@ -27,7 +27,7 @@ from server import flags
 from server.app import create_app
 from server.cli import parser
 from server.settings import Settings
-from server.upstream import chunk_parts, json_object_dialect, spec_counters
+from server.upstream import chunk_parts, json_object_dialect, spec_figures
 
 MSG = [{"role": "user", "content": "Name three things a print shop sells."}]
 KEY = "backend-secret"  # the module's backend wants it: flashdesk sends it, the tests asking directly too
@@ -98,8 +98,15 @@ def test_the_backends_speculation_counters_are_read_from_its_prometheus_text():
         "vllm:spec_decode_num_accepted_tokens_total 8 1700000000000",  # no labels, a timestamp
     ])
     # summed over engines; a counter it did not publish (draft tokens) is absent, never a zero
-    assert spec_counters(text) == {"drafts": 15.0, "accepted_tokens": 50.0}
-    assert spec_counters("vllm:num_requests_running 3\n") is None
+    assert spec_figures(text) == {"drafts": 15.0, "accepted_tokens": 50.0}
+    assert spec_figures("vllm:num_requests_running 3\n") is None
+    sglang = "\n".join([  # gauges per rank: averaged, not summed
+        "# TYPE sglang:spec_accept_rate gauge",
+        'sglang:spec_accept_rate{dp_rank="0",model_name="m",tp_rank="0"} 0.6',
+        'sglang:spec_accept_rate{dp_rank="1",model_name="m",tp_rank="0"} 0.8',
+        'sglang:spec_accept_length{dp_rank="0",model_name="m",tp_rank="0"} 3.5',
+        'sglang:num_requests_running{model_name="m"} 2'])
+    assert spec_figures(sglang) == pytest.approx({"accept_rate": 0.7, "accept_length": 3.5})
 
 
 def test_token_log_probabilities_are_read_from_chat_chunks():

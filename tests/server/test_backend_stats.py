@@ -82,6 +82,13 @@ def test_a_vllm_that_has_not_drafted_yet_has_no_rates():
     assert backend_counters(None) is None
 
 
+def test_sglangs_rates_are_taken_as_they_are():
+    # SGLang publishes no counts, only both rates (its gauges), which read 0 until something was drafted
+    assert backend_counters({"accept_rate": 0.71234, "accept_length": 3.1}) == {
+        "drafts": None, "draft_tokens": None, "accepted_tokens": None, "acceptance": 0.7123, "tau": 3.1}
+    assert backend_counters({"accept_rate": 0.0, "accept_length": 0.0})["tau"] is None
+
+
 def test_a_backend_that_went_away_has_no_counts(tmp_path):
     gone = VllmStandin(prometheus(drafts=10, draft_tokens=50, accepted=20))
     srv = ThreadServer(create_app(Settings(home=str(tmp_path), backend=gone.base)))
