@@ -287,5 +287,5 @@ def _usage(got: dict | None, submitted: float, first: float | None, last: float 
         return Usage(prefill_ms=prefill, decode_ms=decode, counted=False)
     cached = (got.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     return Usage(prompt_tokens=int(got.get("prompt_tokens") or 0),
-                        completion_tokens=int(got.get("completion_tokens") or 0), cached_tokens=int(cached),
-                        prefill_ms=prefill, decode_ms=decode)
+                 completion_tokens=int(got.get("completion_tokens") or 0), cached_tokens=int(cached),
+                 prefill_ms=prefill, decode_ms=decode)
