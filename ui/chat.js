@@ -4,6 +4,7 @@
 // browser, and a restart of flashdesk.
 
 import { ApiError, del, get, patch, post } from "./api.js";
+import { backendOf, welcomeText } from "./chat_backend.js";
 import { activeGeneration, generate, stopGeneration } from "./chat_generation.js";
 import { clean, rememberDefaults, savedDefaults, settingsPanel, switchModel } from "./chat_settings.js";
 import { detailsButton, summaryText } from "./chat_stats.js";
@@ -28,7 +29,10 @@ class ChatPage {
     this.search = "";
     this.aborter = new AbortController();
     this.build(root);
-    this.offHealth = ctx.onHealth(() => this.updateComposer());
+    this.offHealth = ctx.onHealth((health) => {
+      this.updateComposer();
+      this.messages.querySelector(".welcome-text")?.replaceChildren(welcomeText(health)); // local or backend
+    });
     this.loadList();
     this.showTierNotice();
   }
@@ -108,6 +112,7 @@ class ChatPage {
     if (open) {
       clear(this.settingsBox, settingsPanel(this.settings, {
         servedModel: this.ctx.health()?.model,
+        backend: backendOf(this.ctx.health()),
         speculation: this.ctx.health()?.speculation,
         onChange: (s) => this.changeSettings(s),
         onSwitchModel: (name) => this.switchTo(name),
@@ -264,7 +269,7 @@ class ChatPage {
     const examples = [t("chat.example_1"), t("chat.example_2"), t("chat.example_3")];
     return h("div", { class: "welcome" },
       h("h2", {}, t("chat.welcome_title")),
-      h("p", { class: "muted" }, t("chat.welcome_text")),
+      h("p", { class: "muted welcome-text" }, welcomeText(this.ctx.health())),
       h("div", { class: "examples" }, examples.map((text) => h("button", { type: "button", class: "example",
         onclick: () => { this.input.value = text; this.input.focus(); } }, text))));
   }

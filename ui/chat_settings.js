@@ -4,7 +4,8 @@
 // reopening a chat brings back how it was set up. The speculation modes are the server's
 // (GET /health, speculation.modes): this file keeps no list of its own. With --backend the
 // backend speculates by its own configuration and refuses a mode per request, so the panel
-// offers no choice and shows the backend's own figures instead (speculation.backend_counters).
+// offers no choice and shows the backend's own figures instead (speculation.backend_counters);
+// its model is chosen there too, so the picker shows that one, fixed.
 
 import { get, post } from "./api.js";
 import { h } from "./dom.js";
@@ -58,19 +59,22 @@ export function clean(settings) {
 
 /**
  * The settings panel. `onChange(settings)` fires on every edit; `onSwitchModel(name)` when
- * the user picks an installed model that is not the one being served.
+ * the user picks an installed model that is not the one being served. `backend` (/health's, or
+ * null): the backend's model is shown fixed, as the server refuses a switch (409 backend_model).
  */
-export function settingsPanel(initial, { onChange, onSwitchModel, servedModel, speculation }) {
+export function settingsPanel(initial, { onChange, onSwitchModel, servedModel, speculation, backend }) {
   let settings = clean(initial);
   const changed = () => onChange({ ...settings });
 
   const model = h("select", { id: "set-model" });
-  fillModels(model, settings.model || servedModel);
-  model.addEventListener("change", () => {
-    settings.model = model.value;
-    changed();
-    if (model.value && model.value !== servedModel) onSwitchModel(model.value);
-  });
+  if (!backend) {
+    fillModels(model, settings.model || servedModel);
+    model.addEventListener("change", () => {
+      settings.model = model.value;
+      changed();
+      if (model.value && model.value !== servedModel) onSwitchModel(model.value);
+    });
+  }
 
   const system = h("textarea", { id: "set-system", rows: 4, placeholder: t("chat.set_system_placeholder") }, settings.system);
   system.addEventListener("input", () => { settings.system = system.value; changed(); });
@@ -96,7 +100,7 @@ export function settingsPanel(initial, { onChange, onSwitchModel, servedModel, s
 
   return h("form", { class: "stack chat-settings-form", onsubmit: (e) => e.preventDefault() },
     h("h2", {}, t("chat.settings")),
-    h("label", {}, t("chat.set_model"), model),
+    backend ? backendModelField(model, backend.model) : h("label", {}, t("chat.set_model"), model),
     h("label", {}, t("chat.set_system"), system, h("span", { class: "hint" }, t("chat.set_system_hint"))),
     h("label", {}, h("span", { class: "row" }, t("chat.set_temperature"), tempValue), temp,
       h("span", { class: "hint" }, t("chat.set_temperature_hint"))),
@@ -109,6 +113,17 @@ export function settingsPanel(initial, { onChange, onSwitchModel, servedModel, s
       maxTokens.value = settings.max_tokens; spec.value = settings.speculation;
       changed();
     } }, t("chat.set_reset")));
+}
+
+/** The backend's model in the picker, fixed: it is chosen on the backend server (the local store's
+ * models are not what answers), and the reason is said beside it and in its tooltip. */
+function backendModelField(select, name) {
+  select.replaceChildren(h("option", { value: name, selected: true }, name));
+  select.disabled = true;
+  select.title = t("chat.set_model_backend");
+  select.setAttribute("aria-describedby", "set-model-fixed");
+  return h("label", { title: t("chat.set_model_backend") }, t("chat.set_model"), select,
+    h("span", { id: "set-model-fixed", class: "hint" }, t("chat.set_model_backend")));
 }
 
 /** Speed-up with a backend: who sets it, and the backend's figures, labelled as its own count over all

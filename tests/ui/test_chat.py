@@ -8,6 +8,7 @@ import time
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 
 SHORT = 40
@@ -235,3 +236,16 @@ def test_the_page_talks_to_this_server_only(tab, ui_server):
     headers = httpx.get(f"{ui_server.base}/").headers
     assert "default-src 'none'" in headers["content-security-policy"]
     assert "connect-src 'self'" in headers["content-security-policy"]
+
+
+def test_the_local_page_says_answers_stay_here_and_offers_the_models(tab, ui_server):
+    """The local wording and picker (tests/ui/test_chat_backend.py: what a backend changes)."""
+    page = tab.open("#/chat")
+    page.wait_for_selector("#server-status[data-state=ready]")
+    expect(page.locator(".welcome-text")).to_have_text(
+        "Ask a question, or paste a text to summarise or rewrite. Answers are written on this computer; "
+        "nothing is sent outside.")
+    page.get_by_role("button", name="Settings").click()
+    picker = page.locator("#set-model")
+    expect(picker.locator("option[value=smollm2]")).to_have_count(1)
+    assert picker.is_enabled() and page.locator("#set-model-fixed").count() == 0
