@@ -32,7 +32,10 @@ class Backend:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", self.model_path, "--model_alias", ALIAS,
              "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", "4096", "--n_threads", "1",
-             "--n_threads_batch", "1", *(["--api_key", self.api_key] if self.api_key else [])],
+             "--n_threads_batch", "1", *(["--api_key", self.api_key] if self.api_key else []),
+             # its default cuts a streaming answer short (a bare [DONE]) whenever another request comes in,
+             # even GET /v1/models: flashdesk's /health probe, polled by every open page, would end a parse
+             "--interrupt_requests", "False"],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while time.time() < deadline:

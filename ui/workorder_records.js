@@ -14,6 +14,7 @@ export function fromParse(res, text) {
     output: res.result, valid: res.valid, needsReview: res.needs_review, reasons: res.review_reasons || [],
     details: res.review_details || [], warnings: res.warnings || [], error: res.valid ? null : (res.errors || []).join("; ") || null,
     status: !res.valid ? "invalid" : res.needs_review ? "needs_review" : "ok",
+    unavailable: res.unavailable || {}, // through a backend: what it could not do (workorder_unavailable.js)
   };
 }
 
@@ -23,7 +24,7 @@ export function fromAudit(r) {
     id: r.id, template: r.template, model: r.model, time: Date.parse(r.created_at) / 1000, text: r.input_text,
     sentDate: r.sent_date, output: r.output, valid: r.valid, needsReview: r.needs_review,
     reasons: r.review_reasons || [], details: r.review_details || [], warnings: r.warnings || [], error: r.error,
-    status: r.status,
+    status: r.status, unavailable: {}, // the audit log does not keep it
   };
 }
 

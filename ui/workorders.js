@@ -9,6 +9,7 @@
 //   workorder_drop.js     dropping such a file on the input card
 //   workorder_flags.js    the server's review sentences in the reader's language
 //   workorder_summary.js  those flags on the form's fields and in the summary box
+//   workorder_unavailable.js  what a parse through a backend server could not do
 //   workorder_marks.js    the original message with the form's values marked
 //   workorder_history.js  the recent-parses card and the CSV export
 //   workorder_records.js  a parse as the page holds it, from either API answer
@@ -23,6 +24,7 @@ import { historyCard } from "./workorder_history.js";
 import { paintOriginal, showActive } from "./workorder_marks.js";
 import { fromAudit, fromParse, statusBadge, templateName } from "./workorder_records.js";
 import { showReview } from "./workorder_summary.js";
+import { unavailableNote } from "./workorder_unavailable.js";
 
 // This module exported parseEml before it moved; kept so that any importer still finds it.
 export { parseEml };
@@ -100,13 +102,14 @@ export function mount(root, ctx) {
   const resultTitle = h("h2", { id: "wo-result-title", tabindex: "-1" }, t("workorders.result_title"));
   const resultMeta = h("p", { class: "wo-meta" });
   const summary = h("div", { class: "wo-summary" });
+  const limits = h("div", { class: "wo-limits" }); // what a backend could not do (workorder_unavailable.js)
   const originalText = h("pre", { class: "wo-text wo-data", tabindex: "0", "aria-labelledby": "wo-original-title" });
   const formBox = h("div", { class: "wo-form-box" });
   const copyStatus = h("span", { class: "wo-copy-status", role: "status", "aria-live": "polite" });
   const resultError = h("div", { class: "error-box", hidden: true });
   const result = h("section", { class: "wo-result stack", "aria-labelledby": "wo-result-title", hidden: true },
     h("div", { class: "row wo-result-head" }, resultTitle, resultMeta),
-    summary, resultError,
+    summary, limits, resultError,
     h("div", { class: "wo-columns" },
       h("section", { class: "card wo-original", "aria-labelledby": "wo-original-title" },
         h("h3", { id: "wo-original-title" }, t("workorders.original_title")),
@@ -307,6 +310,7 @@ export function mount(root, ctx) {
       formBox.append(h("p", { class: "muted" }, t("workorders.no_fields")));
     }
     Object.assign(current, showReview(summary, rec, current.form, schema));
+    clear(limits, unavailableNote(rec.unavailable));
     paint();
     history.mark();
   }

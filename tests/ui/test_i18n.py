@@ -62,3 +62,13 @@ def test_every_speculation_mode_has_words_in_both_languages():
 
     for lang in ("en", "zh-TW"):
         assert sorted(m for m in MODES if f"chat.spec_{m}" not in strings(lang)) == [], lang
+
+
+def test_every_feature_a_backend_lacks_has_words_in_both_languages():
+    """A parse through a backend lists what it could not do under `unavailable` (server/workorders/
+    extract.py); the page names each (workorders.unavailable.<feature>), or it shows the bare name."""
+    source = (ROOT / "server" / "workorders" / "extract.py").read_text("utf-8")
+    features = set(re.findall(r"""unavailable\[["'](\w+)["']\]""", source))
+    assert {"close_within_max_tokens", "field_confidence"} <= features, "the scan is broken"
+    for lang in ("en", "zh-TW"):
+        assert sorted(f for f in features if f"workorders.unavailable.{f}" not in strings(lang)) == [], lang
