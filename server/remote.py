@@ -49,6 +49,10 @@ class RemoteEngine:
         # refused OpenAI's json_schema, every schema is sent so (upstream.json_object_dialect)
         self.json_object_schemas = False
         self._active: dict[int, tuple[GenerationRequest, asyncio.Task]] = {}
+        # The backend's last GET /v1/models entries. While answers stream they stand in for asking again: a
+        # stream is proof enough that it is up, and llama-cpp-python's server by default ends every streaming
+        # answer when any other request comes in, GET /v1/models included.
+        self._served: list[dict] | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="flashdesk-backend", daemon=True)
         self._thread.start()
@@ -133,6 +137,8 @@ class RemoteEngine:
 
     async def models(self) -> list[dict]:
         """The backend's GET /v1/models entries; raises BackendUnavailable or BackendFailed."""
+        if self._active and self._served is not None:  # see _served
+            return self._served
         return await self._await(self._models())
 
     async def spec_figures(self) -> dict | None:
@@ -205,8 +211,9 @@ class RemoteEngine:
                 raise BackendFailed(f"the backend at {self.url} stopped mid-answer: {_why(e)}. "
                                     "HINT: see the backend's own log") from None
             if reason is None:
-                raise BackendFailed(f"the backend at {self.url} ended the answer without a finish reason. "
-                                    "HINT: see the backend's own log")
+                raise BackendFailed(f"the backend at {self.url} ended the answer without a finish reason. HINT: "
+                                    "see the backend's own log; llama-cpp-python's server ends an answer whenever "
+                                    "another request comes in unless it is started with --interrupt_requests False")
             self._finish(req, StreamEvent(finish_reason=reason, usage=_usage(got, req.submitted_at, first, last)))
         except BackendFailed as e:
             log.warning("%s", e.message)
@@ -246,6 +253,7 @@ class RemoteEngine:
         except (ValueError, KeyError, TypeError, AssertionError):
             raise BackendFailed(f"the backend at {self.url} answered GET /v1/models without a list of "
                                 "models. HINT: is --backend the address of an OpenAI-compatible server?") from None
+        self._served = data
         return data
 
     async def _spec_figures(self) -> dict | None:
@@ -258,6 +266,8 @@ class RemoteEngine:
 
     async def _probe(self) -> dict:
         state = {"url": self.url, "model": self.model_name}
+        if self._active and self._served is not None:
+            return state | {"status": "up", "models": [m.get("id") for m in self._served]}
         try:
             ids = [m.get("id") for m in await self._models()]
         except BackendUnavailable as e:

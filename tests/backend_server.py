@@ -21,8 +21,9 @@ ALIAS = "smollm2-backend"  # the backend's own name for the model: flashdesk mus
 class Backend:
     """llama-cpp-python's OpenAI server as a subprocess; kill() ends it, start() brings it back on its port."""
 
-    def __init__(self, model_path: str, log: Path, api_key: str | None = None):
+    def __init__(self, model_path: str, log: Path, api_key: str | None = None, interrupts: bool = False):
         self.model_path, self.log_path, self.port, self.api_key = model_path, log, free_port(), api_key
+        self.interrupts = interrupts  # True: the server's own default (see start)
         self.base = f"http://127.0.0.1:{self.port}"
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}  # for asking it directly
         self.proc: subprocess.Popen | None = None
@@ -35,7 +36,7 @@ class Backend:
              "--n_threads_batch", "1", *(["--api_key", self.api_key] if self.api_key else []),
              # its default cuts a streaming answer short (a bare [DONE]) whenever another request comes in,
              # even GET /v1/models: flashdesk's /health probe, polled by every open page, would end a parse
-             "--interrupt_requests", "False"],
+             "--interrupt_requests", str(self.interrupts)],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while time.time() < deadline:

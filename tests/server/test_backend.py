@@ -347,3 +347,37 @@ def test_a_backend_killed_mid_stream_is_one_error_event_and_then_works_again(bac
     wait_ready(front.base, timeout=60)
     got = client_of(front.base).chat.completions.create(model=ALIAS, messages=MSG, temperature=0, max_tokens=8)
     assert got.choices[0].message.content
+
+
+def test_health_and_models_asked_during_an_answer_do_not_end_it_on_llama_cpp_pythons_default(model_path, tmp_path):
+    # llama-cpp-python's server ends a streaming answer whenever another request comes in (its default
+    # --interrupt_requests True), GET /v1/models included: /health (every open page polls it) and /v1/models
+    # must not ask it then
+    b = Backend(model_path, tmp_path / "backend.log", interrupts=True)
+    b.start()
+    srv = front_for(b.base, tmp_path / "front")
+    try:
+        wait_ready(srv.base, timeout=60)
+        body = {"model": ALIAS, "messages": MSG, "temperature": 0, "max_tokens": 64, "stream": True}
+        events, asked = [], 0
+        with httpx.stream("POST", f"{srv.base}/v1/chat/completions", json=body, timeout=120) as r:
+            for line in r.iter_lines():  # as the chunks come (sse() reads the whole stream first)
+                if line.startswith("event:"):
+                    events.append((line[6:].strip(), ""))
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                events.append(("message", data))
+                if asked < 3 and '"content": "' in data and '"content": ""' not in data:
+                    health = httpx.get(f"{srv.base}/health", timeout=10).json()
+                    assert health["backend"]["status"] == "up" and health["backend"]["models"] == [ALIAS]
+                    listed = httpx.get(f"{srv.base}/v1/models", timeout=10).json()["data"]  # the same for a list
+                    assert [m["id"] for m in listed] == [ALIAS]
+                    asked += 1
+        assert asked == 3 and all(event != "error" for event, _ in events), events[-3:]
+        finish = [json.loads(d)["choices"][0]["finish_reason"] for e, d in events
+                  if d and d != "[DONE]" and json.loads(d).get("choices")]
+        assert finish[-1] == "length"
+    finally:
+        srv.stop()
+        b.kill()
