@@ -220,6 +220,19 @@ def test_json_schema_reaches_llama_cpp_python_in_its_own_dialect_and_is_validate
     assert again["choices"][0]["message"]["content"] == content
 
 
+def test_a_schema_the_backend_does_not_hold_to_is_reported_invalid_never_a_silent_pass(front):
+    # llama-cpp-python's grammar drops integer bounds: it writes the 50 it is asked for, under a minimum of 100
+    bounded = {"type": "object", "properties": {"qty": {"type": "integer", "minimum": 100, "maximum": 200}},
+               "required": ["qty"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "order", "schema": bounded}}
+    got = httpx.post(f"{front.base}/v1/chat/completions", timeout=120, json={
+        "model": ALIAS, "messages": ORDER, "temperature": 0, "max_tokens": 32, "response_format": fmt}).json()
+    choice = got["choices"][0]
+    assert json.loads(choice["message"]["content"]) == {"qty": 50}
+    assert choice["structured_output"]["valid"] is False
+    assert "minimum of 100" in choice["structured_output"]["errors"][0]
+
+
 WORK_ORDER = ("Hi, this is Anna Berg from Berg Bakery. We need 500 flyers A5, glossy, by Friday. "
               "Call 0912-345-678.")
 
