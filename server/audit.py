@@ -62,8 +62,10 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     # Each review reason's code and params, so a reader's UI can say it in their language.
     2: ["ALTER TABLE records ADD COLUMN review_details TEXT NOT NULL DEFAULT '[]'"],
+    # What a parse through a backend could not give (extract.Outcome.unavailable), so a reopened parse says it too.
+    3: ["ALTER TABLE records ADD COLUMN unavailable TEXT NOT NULL DEFAULT '{}'"],
 }
-JSON_FIELDS = ("output", "review_reasons", "review_details", "warnings", "timings", "speculation")
+JSON_FIELDS = ("output", "review_reasons", "review_details", "warnings", "timings", "speculation", "unavailable")
 BOOL_FIELDS = ("valid", "needs_review")
 # One word per record for the UI's filter, first match wins: a failed call, then an output
 # that broke the schema, then one a person must check, else ok.
@@ -102,6 +104,7 @@ class ParseRecord:
     timings: dict = field(default_factory=dict)
     speculation: dict | None = None
     error: str | None = None
+    unavailable: dict = field(default_factory=dict)  # feature -> why, with a backend (workorders/extract.py)
 
 
 class AuditLog:

@@ -24,7 +24,7 @@ export function fromAudit(r) {
     id: r.id, template: r.template, model: r.model, time: Date.parse(r.created_at) / 1000, text: r.input_text,
     sentDate: r.sent_date, output: r.output, valid: r.valid, needsReview: r.needs_review,
     reasons: r.review_reasons || [], details: r.review_details || [], warnings: r.warnings || [], error: r.error,
-    status: r.status, unavailable: {}, // the audit log does not keep it
+    status: r.status, unavailable: r.unavailable || {}, // kept since audit log version 3
   };
 }
 

@@ -111,7 +111,7 @@ async def parse(body: ParseRequest, request: Request):
                          review_reasons=out.review.reasons, review_details=out.review.details,
                          warnings=warnings + out.review.warnings,
                          timings=usage["timings"], speculation=usage.get("speculation"),
-                         error=None if out.valid else "; ".join(out.errors))
+                         error=None if out.valid else "; ".join(out.errors), unavailable=out.unavailable)
     record_id = await run_in_threadpool(audit.record, record)
     return {
         "id": record_id, "object": "workorder.parse", "created": int(time.time()), "model": runtime.model.name,

@@ -263,4 +263,7 @@ def test_a_version_1_log_gains_review_details(tmp_path):
         details = [{"code": "missing", "field": "x", "params": {}, "message": "missing x"}]
         rid = log.record(entry("new", review_reasons=["missing x"], review_details=details))
         assert log.get(rid)["review_details"] == details
-        assert log._db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert log.get("wo_old")["unavailable"] == {}  # version 3: nothing was unavailable to a local parse
+        rid = log.record(entry("remote", unavailable={"field_confidence": "no logprobs"}))
+        assert log.get(rid)["unavailable"] == {"field_confidence": "no logprobs"}
+        assert log._db.execute("PRAGMA user_version").fetchone()[0] == max(audit.MIGRATIONS) == 3

@@ -262,7 +262,7 @@ def test_a_work_order_parse_through_the_backend_end_to_end(backend, front):
     assert set(out["unavailable"]) == {"close_within_max_tokens"}
     stored = httpx.get(f"{front.base}/v1/workorders/{out['id']}").json()  # the audit trail holds it
     assert stored["output"] == out["result"] and stored["template"] == "work_order"
-    assert stored["needs_review"] == out["needs_review"]
+    assert stored["needs_review"] == out["needs_review"] and stored["unavailable"] == out["unavailable"]
 
 
 def test_a_work_order_cut_off_by_max_tokens_through_the_backend_needs_review(front):

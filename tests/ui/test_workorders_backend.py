@@ -49,6 +49,14 @@ def test_a_parse_through_the_backend_says_what_it_could_not_do(browser, remote):
                 expect(items.nth(i)).to_have_attribute("data-feature", feature)
                 expect(items.nth(i)).to_have_text(f"{LABELS[lang][feature]} ({why})")
         tab.shot("workorders-backend-zh-TW")
+
+        # the audit trail keeps it: a fresh page opens the stored parse from the history with the same note
+        record_id = answer.value.json()["id"]
+        page = tab.open("#/workorders")
+        page.locator(f".wo-history-table tr[data-id='{record_id}'] button").click()
+        items = page.locator(".wo-result:not([hidden]) .wo-unavailable li")
+        expect(items).to_have_count(len(unavailable))
+        expect(items.first).to_have_attribute("data-feature", next(iter(unavailable)))
     finally:
         tab.close()
     assert not tab.blocked, f"the page tried to reach beyond this machine: {tab.blocked}"
