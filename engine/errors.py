@@ -44,6 +44,16 @@ class EngineStopped(EngineError):
     code = "engine_stopped"
 
 
+class ServerBusy(EngineError):
+    """Every slot is generating and `max_queue` requests already wait for one: come back later."""
+
+    code = "server_busy"
+
+    def __init__(self, message: str, *, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after  # seconds: about when a slot should be free
+
+
 class GenerationFailed(EngineError):
     """llama.cpp refused a decode (e.g. no free KV cells) in the middle of a generation."""
 

@@ -7,6 +7,10 @@ whose kept prompt prefix is longest, prefix.py), drops cancelled ones, builds on
 with one token per generating slot plus prompt chunks of prefilling slots, decodes it
 once, and samples each slot from its own row. Requests join and leave between steps.
 
+Admission is first come, first served: requests wait in submission order for a free
+slot. At most `max_queue` may wait; past that, `submit` refuses at once with ServerBusy and
+an estimate of when to retry, so a client under load gets an answer, never only a timeout.
+
 Not HTTP: events go to `request.sink`; the server adapts them to SSE/JSON.
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import os
 import queue
 import threading
@@ -23,7 +28,8 @@ from dataclasses import dataclass, field
 from . import prefix
 from .llama.chat_template import ChatTemplate
 from .llama.context import Context, ContextConfig
-from .errors import ContextLengthExceeded, EngineError, EngineStopped, GenerationFailed, InvalidRequest
+from .errors import (ContextLengthExceeded, EngineError, EngineStopped, GenerationFailed, InvalidRequest,
+                     ServerBusy)
 from .llama.grammar import Grammar
 from .llama import ggml
 from .llama.model import Model, ModelInfo
@@ -46,6 +52,7 @@ log = logging.getLogger("flashdesk.engine")
 class EngineConfig:
     n_ctx: int = 4096  # context per sequence
     n_parallel: int = 4  # sequences decoded together
+    max_queue: int = 16  # requests that may wait for a free slot (first come, first served); more: ServerBusy
     n_batch: int = 512
     n_threads: int = max(1, min(os.cpu_count() or 1, 8))
     n_gpu_layers: int = -1
@@ -107,6 +114,10 @@ class Engine:
                         self.spec_exact_why, "It runs anyway (allowed by spec_inexact)." if self.spec_enabled
                         else "It is off. HINT: --allow-inexact-speculation turns it on (output then follows "
                              "the target's batched numerics, not plain decoding bit for bit).")
+        self._admission = threading.Lock()  # guards the three counts below (callers' threads and the worker)
+        self._in_flight = 0  # submitted, final event not yet sent: running or waiting
+        self._refused = 0  # ServerBusy so far
+        self._mean_s: float | None = None  # moving mean of a request's time from submit to its final event
         self._queue: queue.Queue[GenerationRequest | None] = queue.Queue()
         self._waiting: list[GenerationRequest] = []  # taken off the queue, no free slot yet
         self._stopping = threading.Event()
@@ -190,8 +201,39 @@ class Engine:
             )
         if req.sink is None:
             raise InvalidRequest("request has no sink; use Engine.generate() for an iterator")
+        n_slots = len(self._slots)
+        with self._admission:
+            if self._in_flight - n_slots >= self.config.max_queue:
+                self._refused += 1
+                wait = self._retry_after()
+                raise ServerBusy(f"The server is busy: {n_slots} answers are being written and "
+                                 f"{self.config.max_queue} more requests are waiting. HINT: try again in {wait} s, "
+                                 "or start the server with a larger --max-queue or --parallel.", retry_after=wait)
+            self._in_flight += 1
+        req.sink = self._counted(req.sink)
         self._queue.put(req)
         return req
+
+    def _counted(self, sink):
+        """`sink` that, at the request's final event (whatever ends it), frees its place in the
+        admission count and updates the mean request time."""
+        t0, done = time.perf_counter(), []
+
+        def counted(ev: StreamEvent) -> None:
+            if ev.final and not done:
+                done.append(True)
+                s = time.perf_counter() - t0
+                with self._admission:
+                    self._in_flight -= 1
+                    self._mean_s = s if self._mean_s is None else 0.8 * self._mean_s + 0.2 * s
+            sink(ev)
+        return counted
+
+    def _retry_after(self) -> int:
+        """Seconds until a slot is likely free: a request's mean time over the slots that share the
+        work (5 s before any request has finished), between 1 and 60."""
+        mean = self._mean_s if self._mean_s is not None else 5.0
+        return max(1, min(60, math.ceil(mean / len(self._slots))))
 
     def generate(self, prompt: str | list[int], *, max_tokens: int | None = None,
                  sampling: SamplingParams = SamplingParams(), stop: list[str] | None = None,
@@ -228,7 +270,8 @@ class Engine:
 
     def stats(self) -> dict:
         busy = sum(s.busy for s in self._slots)
-        return {"active": busy, "queued": self._queue.qsize() + len(self._waiting), "slots": len(self._slots)}
+        return {"active": busy, "queued": self._queue.qsize() + len(self._waiting), "slots": len(self._slots),
+                "max_queue": self.config.max_queue, "refused": self._refused}
 
     def close(self) -> None:
         if not self._stopping.is_set():
@@ -294,6 +337,9 @@ class Engine:
                 waiting.append(r)
         except queue.Empty:
             pass
+        for req in [r for r in waiting if r.cancelled.is_set()]:  # a client that gave up frees its place now
+            waiting.remove(req)
+            req.sink(StreamEvent(finish_reason="cancelled"))
         if waiting and self._measuring is not None:
             self._measuring.pause()  # requests first: the measurement goes on when the engine is idle again
         while waiting:

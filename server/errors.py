@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.errors import (ContextLengthExceeded, DownloadError, EngineError, EngineStopped, GenerationFailed,
-                           InvalidModelFile, InvalidRequest, ModelLoadError, ModelNotFound)
+                           InvalidModelFile, InvalidRequest, ModelLoadError, ModelNotFound, ServerBusy)
 
 from .audit import AuditLogError, AuditQueryError
 from .conversations import ConversationInputError, ConversationNotFound, ConversationStoreError
@@ -30,6 +30,7 @@ ENGINE_ERRORS: list[tuple[type[EngineError], int, str]] = [
     (InvalidRequest, 400, "invalid_request_error"),
     (ModelNotFound, 404, "invalid_request_error"),
     (InvalidModelFile, 400, "invalid_request_error"),
+    (ServerBusy, 429, "rate_limit_error"),  # with Retry-After (from_engine)
     (ModelLoadError, 503, "server_error"),
     (EngineStopped, 503, "server_error"),
     (DownloadError, 502, "server_error"),
@@ -52,28 +53,31 @@ STORE_ERRORS: list[tuple[type[Exception], int, str, str | None, str]] = [
 STATUS_TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
     404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error",
-    503: "server_error",
+    429: "rate_limit_error", 503: "server_error",
 }
 
 
 class APIError(Exception):
     def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None,
-                 type: str | None = None):
+                 type: str | None = None, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.code, self.param = status, message, code, param
         self.type = type or STATUS_TYPES.get(status, "server_error")
+        self.headers = headers
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status)
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
 def from_engine(e: EngineError) -> APIError:
     for cls, status, etype in ENGINE_ERRORS:
         if isinstance(e, cls):
-            return APIError(status, e.message, code=e.code, param=e.param, type=etype)
+            retry = getattr(e, "retry_after", None)  # ServerBusy: when to come back, as HTTP says it
+            return APIError(status, e.message, code=e.code, param=e.param, type=etype,
+                            headers={"Retry-After": str(retry)} if retry is not None else None)
     raise AssertionError("unreachable: EngineError is the last row")
 
 

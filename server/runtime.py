@@ -56,7 +56,8 @@ def load_engine(settings: Settings) -> tuple[InstalledModel, Engine]:
     # chat-template variables its draft was trained with, and the most tokens worth drafting here.
     n_draft = entry.options.get("n_draft", {}).get(hardware.backend()) if draft and draft == entry.draft_path else None
     block = min(settings.spec_block, n_draft + 1) if n_draft else settings.spec_block
-    cfg = EngineConfig(n_ctx=settings.ctx, n_parallel=settings.parallel, n_threads=settings.threads,
+    cfg = EngineConfig(n_ctx=settings.ctx, n_parallel=settings.parallel, max_queue=settings.max_queue,
+                       n_threads=settings.threads,
                        verbose=settings.verbose, spec_mode=settings.speculative, spec_block=block,
                        selector=settings.selector, draft=draft, cost_cache=cost_cache,
                        spec_inexact=settings.allow_inexact_speculation,

@@ -47,6 +47,9 @@ class Settings(BaseSettings):
                      description="context tokens per request (prompt + answer)")
     parallel: int = Field(ENGINE_DEFAULTS.n_parallel, ge=1, le=64,
                           description="requests generated together (continuous batching)")
+    max_queue: int = Field(ENGINE_DEFAULTS.max_queue, ge=0, le=10_000,
+                           description="requests that may wait for a free slot, first come first served; "
+                                       "more get a 429 with Retry-After")
     threads: int = Field(ENGINE_DEFAULTS.n_threads, ge=1, le=512, description="CPU threads")
     api_key: SecretStr | None = Field(None, description="require `Authorization: Bearer KEY` on the API")
     allowed_hosts: list[str] = Field(default_factory=list, json_schema_extra={"flag": "allowed-host"},

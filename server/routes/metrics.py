@@ -54,6 +54,10 @@ async def metrics(request: Request) -> str:
                   "# TYPE flashdesk_active_requests gauge", f"flashdesk_active_requests {st['active']}",
                   "# HELP flashdesk_queued_requests Requests waiting for a free slot.",
                   "# TYPE flashdesk_queued_requests gauge", f"flashdesk_queued_requests {st['queued']}"]
+        if "refused" in st:  # the local engine's queue limit (a backend keeps its own queue)
+            lines += [
+                "# HELP flashdesk_busy_refusals_total Requests refused with a 429 (every slot busy, the queue full).",
+                "# TYPE flashdesk_busy_refusals_total counter", f"flashdesk_busy_refusals_total {st['refused']}"]
     if engine is not None and request.app.state.runtime.remote:
         spec = await engine.spec_figures() or {}  # only what the backend published: no zeros for the rest
         for key, (name, kind, help_) in BACKEND_SPEC.items():
