@@ -8,6 +8,10 @@ GET  /v1/workorders                 the audit trail, newest first, with filters
 GET  /v1/workorders/export          the same as CSV (Excel-ready) or JSONL
 GET  /v1/workorders/{id}            one stored parse
 
+A reply email's quoted history is removed before the parse (workorders/thread.py; the answer's
+`stripped` says what went; `strip_quoted: false` turns it off), and a message still too long
+for the context is parsed from its start and needs review (extract.fit_request).
+
 Extraction is greedy (temperature 0) and grammar-constrained by the template's schema, with
 speculation on (prompt lookup shines here: the answer copies spans of the message). With
 --backend the backend enforces the schema; the answer is validated here all the same.
@@ -33,9 +37,11 @@ from ..errors import APIError
 from ..schemas import Speculative
 from ..workorders import extract
 from ..workorders.templates import Template, from_schema
+from ..workorders.thread import strip_quoted
 
 router = APIRouter(prefix="/v1/workorders")
-MAX_TEXT_CHARS = 50_000  # far beyond any context we serve; refuses megabytes before tokenizing them
+# A whole reply thread is cheap to scan for its quoted history; megabytes are refused before that.
+MAX_TEXT_CHARS = 200_000
 
 
 class ParseRequest(BaseModel):
@@ -50,6 +56,7 @@ class ParseRequest(BaseModel):
     model: str | None = None
     max_tokens: int | None = Field(None, ge=16)
     speculative: Speculative | None = None
+    strip_quoted: bool = True  # False: the caller already cleaned the text, parse it as sent
 
 
 def _state(request: Request):
@@ -91,8 +98,11 @@ async def parse(body: ParseRequest, request: Request):
         warnings.append({"field": "sent_date", "code": "no_sent_date", "params": {"date": sent.isoformat()},
                          "message": f"not given: relative dates were resolved against today ({sent.isoformat()})"})
     spec = body.speculative.params() if body.speculative else Speculative().params()
-    req = await run_in_threadpool(extract.request_for, engine, template, text, sent, body.language,
-                                  body.max_tokens, spec)
+    quoted = await run_in_threadpool(strip_quoted, text) if body.strip_quoted else None
+    newest = quoted.text if quoted else text
+    req, read, cut = await run_in_threadpool(extract.fit_request, engine, template, newest, sent, body.language,
+                                             body.max_tokens, spec)
+    stripped = {"quoted_history": quoted.note() if quoted else None, "cut_to_fit": cut.note() if cut else None}
     about = dict(template=template.name, model=runtime.model.name, input_text=body.text,
                  sent_date=sent.isoformat(), language=body.language)
     try:
@@ -104,7 +114,7 @@ async def parse(body: ParseRequest, request: Request):
             review_reasons=["the parse failed"], warnings=warnings, error=getattr(e, "message", str(e)),
             review_details=[{"code": "failed", "field": None, "params": {}, "message": "the parse failed"}]))
         raise
-    out = extract.assess(engine, template, done, text, sent)
+    out = extract.assess(engine, template, done, read, sent, cut)
     usage = fmt.usage(done.usage)
     record = ParseRecord(**about, output=out.result, valid=out.valid,
                          finish_reason=done.finish_reason, needs_review=out.review.needs_review,
@@ -121,6 +131,7 @@ async def parse(body: ParseRequest, request: Request):
         "warnings": record.warnings, "field_confidence": {k: round(v, 3) for k, v in out.confidence.items()},
         "finish_reason": fmt.finish(done.finish_reason), "usage": usage,
         "unavailable": out.unavailable,  # with a backend: what needs the model here (extract.py), and why
+        "stripped": stripped,  # what the model did not read: quoted history, and the end of a too-long message
     }
 
 

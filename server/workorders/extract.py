@@ -1,6 +1,8 @@
 """One extraction, without HTTP: the engine request for a message, and what its answer is worth.
 
-`request_for` renders the template's prompt and sizes the answer to the context; `assess`
+`request_for` renders the template's prompt and sizes the answer to the context;
+`fit_request` does the same for a message that may be too long, keeping its start (the
+newest text of a reply is at the top) cut at a paragraph, line or sentence end; `assess`
 turns the finished completion into the result, its validity, the field confidences and the
 review. Shared by the API route and bench/workorders.py, so the benchmark measures exactly
 what users get.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from dataclasses import dataclass, field
 
 from engine import Completion, ContextLengthExceeded, Engine, GenerationRequest, InvalidRequest, SamplingParams
@@ -33,6 +36,7 @@ NO_CLOSING = ("closing within max_tokens needs the model here: through a backend
 NO_CONFIDENCE = "field confidence needs token probabilities, and the backend returned none"
 ANSWER_TOKENS = 1280  # room kept for the answer unless max_tokens says otherwise (a right answer: 250-600)
 MIN_ANSWER_TOKENS = 256
+PARAGRAPH_SLACK = 0.75  # a cut moves back to a paragraph end when that keeps this share of what fits
 
 
 def closing_reserve(schema: dict) -> int:
@@ -84,6 +88,80 @@ def request_for(engine: Engine, template: Template, text: str, sent: dt.date, la
                              grammar=template.constraint.grammar, logprobs=True, close_within=reserve)
 
 
+@dataclass
+class Cut:
+    """What fit_request left out of a message too long for the context: its end, from `kept`
+    characters on (`chars` characters, `lines` lines), cut at a `boundary`."""
+
+    kept: int
+    chars: int
+    lines: int
+    boundary: str  # "paragraph", "line" or "sentence"
+
+    def note(self) -> dict:
+        return {"kept_chars": self.kept, "chars": self.chars, "lines": self.lines, "boundary": self.boundary}
+
+
+def fit_request(engine: Engine, template: Template, text: str, sent: dt.date, language: str | None = None,
+                max_tokens: int | None = None, spec: SpecParams = SpecParams()
+                ) -> tuple[GenerationRequest, str, Cut | None]:
+    """request_for on the whole text, else on its longest start that fits, ended at a line end
+    (never inside a line, where a quantity or an address could be cut in half; sentence ends
+    inside the first line only when no line fits). Returns the request, the text it reads and
+    the cut. Still raises ContextLengthExceeded when not even the first line or sentence fits
+    (the template's prompt alone, or one huge line that is not an email); a backend sizes the
+    prompt itself, so its text is never cut here."""
+    def attempt(part: str, answer: int | None) -> GenerationRequest | None:
+        try:
+            return request_for(engine, template, part, sent, language, answer, spec)
+        except ContextLengthExceeded:
+            return None
+
+    try:
+        return request_for(engine, template, text, sent, language, max_tokens, spec), text, None
+    except ContextLengthExceeded as whole:
+        refused = whole
+    # A message cut anyway leaves the answer a quarter of the context (at most ANSWER_TOKENS),
+    # not the bare minimum that would close a work order early; the minimum if nothing fits so.
+    roomy = max_tokens or max(min(ANSWER_TOKENS, engine.n_ctx // 4), MIN_ANSWER_TOKENS,
+                              2 * closing_reserve(template.schema))
+    for answer in dict.fromkeys((roomy, max_tokens)):
+        for boundary, ends in (("line", _ends(text, r"\n")), ("sentence", _ends(_first_line(text), r"[.!?。！？]"))):
+            found = _longest(ends, lambda end: attempt(text[:end], answer))
+            if found:
+                end, req = found
+                if boundary == "line":  # a paragraph end close enough before it reads better
+                    para = [e for e in ends if e <= end and text[e - 1:e + 1] == "\n\n"]
+                    if para and para[-1] >= PARAGRAPH_SLACK * end and (again := attempt(text[:para[-1]], answer)):
+                        end, req, boundary = para[-1], again, "paragraph"
+                rest = text[end:]
+                return req, text[:end].rstrip(), Cut(len(text[:end].rstrip()), len(rest.strip()),
+                                                     len(rest.strip().splitlines()), boundary)
+    raise refused
+
+
+def _ends(text: str, pattern: str) -> list[int]:
+    """Offsets just after each match of `pattern` (a line or sentence end), ascending."""
+    return [m.end() for m in re.finditer(pattern, text) if m.end() < len(text)]
+
+
+def _first_line(text: str) -> str:
+    return text.split("\n", 1)[0]
+
+
+def _longest(ends: list[int], fits) -> tuple[int, GenerationRequest] | None:
+    """Binary search for the longest start text[:end] that fits (a longer start has more tokens)."""
+    lo, hi, best = 0, len(ends) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        req = fits(ends[mid])
+        if req is not None:
+            best, lo = (ends[mid], req), mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
 def _resolve_date(template: Template, result: dict, text: str, sent: dt.date, notes: list) -> dict:
     """The template's date field from the message's own date words (dates.py), when that keeps
     the result valid; a note says what changed, and several candidate dates need review."""
@@ -108,7 +186,9 @@ def _resolve_date(template: Template, result: dict, text: str, sent: dt.date, no
     return result
 
 
-def assess(engine: Engine, template: Template, done: Completion, text: str, sent: dt.date) -> Outcome:
+def assess(engine: Engine, template: Template, done: Completion, text: str, sent: dt.date,
+           cut: Cut | None = None) -> Outcome:
+    """`text` is what the model read (fit_request's), so the checks look where the model looked."""
     errors = structured(template.constraint, done.text, done.finish_reason)["errors"]
     result = json.loads(done.text) if not errors else None
     confidence, repeats, unavailable = {}, 0, {}
@@ -135,6 +215,10 @@ def assess(engine: Engine, template: Template, done: Completion, text: str, sent
         verdict.warn(path, code, message, **params)
         if flag:
             verdict.flag(code, message, path, **params)
+    if cut is not None:
+        verdict.flag("cut_to_fit", f"the message is too long for the context: only its first {cut.kept} characters "
+                     f"were read (cut at a {cut.boundary} end); the last {cut.chars} characters ({cut.lines} lines) "
+                     "were not parsed", **cut.note())
     if done.usage.closed_early and result is not None:
         verdict.flag("closed_early", "the answer ran long and was closed early to end within max_tokens: "
                      "values after that point are empty")

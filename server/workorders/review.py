@@ -5,9 +5,11 @@ Reasons (needs_review): the answer is not valid (cut off, or failed the schema);
 field the template requires is empty; the model itself set needs_review; a date before the
 sent date; a quantity or contact that appears nowhere in the message; a required field
 written by tokens the model was unsure of; items the model repeated (extract.py removes
-exact repeats when the result stays valid without them). Warnings: the same checks on fields the template
-does not require, and names that are not copied from the message. Checks read the message,
-never guess: "not found" means a person should look, not that the value is wrong.
+exact repeats when the result stays valid without them); a message too long for the context,
+of which only the start was read (extract.fit_request: cut_to_fit). Warnings: the same checks
+on fields the template does not require, and names that are not copied from the message.
+Checks read the message (the part the model read), never guess: "not found" means a person
+should look, not that the value is wrong.
 
 Not the extraction (prompt.py and the grammar) nor storage (server/audit.py).
 """
@@ -26,10 +28,10 @@ NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "fiv
 
 # Every finding's code. The UI words each one in the reader's language (ui/i18n/*.json,
 # workorders.flag.<code>; tests/ui/test_i18n.py checks they all exist). routes.py adds
-# no_sent_date and failed; extract.py the date notes and closed_early.
+# no_sent_date and failed; extract.py the date notes, closed_early and cut_to_fit.
 CODES = frozenset({"invalid", "missing", "repeats", "model_says", "uncertain", "not_a_date", "before_sent",
                    "far_future", "not_in_message", "not_copied", "date_from_message", "date_none", "several_dates",
-                   "closed_early", "no_sent_date", "failed"})
+                   "closed_early", "cut_to_fit", "no_sent_date", "failed"})
 
 
 @dataclass
