@@ -69,13 +69,16 @@ class EngineConfig:
 
 
 class Engine:
-    def __init__(self, model: Model, config: EngineConfig = EngineConfig()):
+    def __init__(self, model: Model, config: EngineConfig = EngineConfig(), stop: threading.Event | None = None):
+        """`stop`: once set, the start-up checks below give up (EngineStopped) instead of finishing."""
         self.model = model
         self.config = config
         # rollback: a recurrent memory keeps a state snapshot per token a verify's rejected tail can hold
         self.ctx = Context(model, ContextConfig(config.n_ctx, config.n_parallel, config.n_batch, config.n_threads,
                                                 rollback=config.spec_block - 1))
         self.n_ctx = self.ctx.n_ctx_seq
+        if stop is not None:
+            self.ctx.set_abort(stop.is_set)  # until the worker starts: its own flag stops it between steps
         self.chat_template = ChatTemplate(model, config.chat_template_vars) if model.info.has_chat_template else None
         self._slots = [Slot(i) for i in range(self.ctx.n_seq)]
         self.policy = Policy(mode=config.spec_mode, selector=config.selector, block=config.spec_block,
@@ -104,6 +107,8 @@ class Engine:
         self.policy.curve = CostCurve.load(config.cost_cache, config.n_threads) if config.cost_cache else None
         self._measuring = (CurveMeasurement(self.ctx, config.n_threads, seq_id=self.ctx.n_seq - 1)
                            if self.spec_enabled and self.policy.curve is None else None)
+        if stop is not None:
+            self.ctx.set_abort(None)
         self.curve_ready = threading.Event()  # set once the chooser can speculate
         if self.policy.curve is not None:
             self.curve_ready.set()
@@ -121,14 +126,17 @@ class Engine:
         self._queue: queue.Queue[GenerationRequest | None] = queue.Queue()
         self._waiting: list[GenerationRequest] = []  # taken off the queue, no free slot yet
         self._stopping = threading.Event()
+        self._closed = False
         self._thread = threading.Thread(target=self._run, name="flashdesk-engine", daemon=True)
         self._thread.start()
 
     @classmethod
-    def load(cls, path: str, config: EngineConfig = EngineConfig()) -> "Engine":
-        model = Model(path, n_gpu_layers=config.n_gpu_layers, verbose=config.verbose)
+    def load(cls, path: str, config: EngineConfig = EngineConfig(), stop: threading.Event | None = None) -> "Engine":
+        """`stop`: set it (from any thread) to give the load up within a fraction of a second."""
+        model = Model(path, n_gpu_layers=config.n_gpu_layers, verbose=config.verbose,
+                      stop=stop.is_set if stop is not None else None)
         try:
-            return cls(model, config)
+            return cls(model, config, stop)
         except BaseException:
             model.close()
             raise
@@ -273,10 +281,16 @@ class Engine:
         return {"active": busy, "queued": self._queue.qsize() + len(self._waiting), "slots": len(self._slots),
                 "max_queue": self.config.max_queue, "refused": self._refused}
 
+    def stop(self) -> None:
+        """Refuse new requests and end every open one with an EngineStopped error after the step
+        under way (any thread; returns at once). close() then frees the model."""
+        self._stopping.set()
+        self._queue.put(None)  # wake the worker
+
     def close(self) -> None:
-        if not self._stopping.is_set():
-            self._stopping.set()
-            self._queue.put(None)  # wake the worker
+        if not self._closed:
+            self._closed = True
+            self.stop()
             self._thread.join()
             for d in self.drafters.values():
                 d.close()  # draft contexts point into the target context: free them first

@@ -28,6 +28,7 @@ def cmd_serve(a) -> int:
     import uvicorn
 
     from .app import create_app
+    from .shutdown import Server
 
     settings = Settings(**flags.given(a, Settings))
     if not settings.backend:  # a backend's model is the backend's to check (it is asked at start-up)
@@ -36,8 +37,9 @@ def cmd_serve(a) -> int:
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     what = f"the backend {settings.backend}" if settings.backend else settings.model
     print(f"flashdesk: serving {what} at http://{host}:{settings.port}  (Ctrl+C to stop)", flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info" if a.verbose else "warning",
-                timeout_graceful_shutdown=5)
+    server = Server(uvicorn.Config(app, host=settings.host, port=settings.port,
+                                   log_level="info" if a.verbose else "warning", timeout_graceful_shutdown=5))
+    server.run()
     return 0
 
 

@@ -153,6 +153,12 @@ class Jobs:
             job.cancel.set()
         return job
 
+    def cancel_all(self) -> None:
+        """Ask every running job to stop (the server shuts down)."""
+        for job in self.recent():
+            if job.status == "running":
+                job.cancel.set()
+
     def recent(self) -> list[Job]:
         with self._list_lock:
             return list(reversed(self._jobs.values()))  # newest first

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import httpx
 
 from engine import EngineError, GenerationRequest, InvalidRequest, StreamEvent, Usage
+from engine.errors import EngineStopped
 
 from . import upstream
 from .upstream import BackendFailed, BackendUnavailable, ChatPrompt, UnsupportedWithBackend
@@ -49,6 +50,7 @@ class RemoteEngine:
         # refused OpenAI's json_schema, every schema is sent so (upstream.json_object_dialect)
         self.json_object_schemas = False
         self._active: dict[int, tuple[GenerationRequest, asyncio.Task]] = {}
+        self._stopping = False  # stop(): the server shuts down
         # The backend's last GET /v1/models entries. While answers stream they stand in for asking again: a
         # stream is proof enough that it is up, and llama-cpp-python's server by default ends every streaming
         # answer when any other request comes in, GET /v1/models included.
@@ -83,6 +85,8 @@ class RemoteEngine:
 
     def submit(self, req: GenerationRequest) -> GenerationRequest:
         """Validate `req`, send it and wait until the backend accepts it; raises EngineError."""
+        if self._stopping:
+            raise EngineStopped("the server is shutting down")
         req.sampling.validate()
         upstream.refuse_unsupported(req)
         if req.max_tokens is not None and req.max_tokens < 1:
@@ -144,6 +148,13 @@ class RemoteEngine:
     async def spec_figures(self) -> dict | None:
         """The backend's own speculation figures (upstream.spec_figures), None where it publishes none."""
         return await self._await(self._spec_figures())
+
+    def stop(self) -> None:
+        """As Engine.stop: no new requests; open answers end with an EngineStopped error (any thread)."""
+        self._stopping = True
+        if not self._loop.is_closed():
+            for _, task in list(self._active.values()):
+                self._loop.call_soon_threadsafe(task.cancel)
 
     def close(self) -> None:
         if self._loop.is_closed():
@@ -218,9 +229,12 @@ class RemoteEngine:
         except BackendFailed as e:
             log.warning("%s", e.message)
             self._finish(req, StreamEvent(error=e))
-        except asyncio.CancelledError:  # the client hung up (or the server stops): close the backend request
-            self._finish(req, StreamEvent(finish_reason="cancelled", usage=_usage(None, req.submitted_at, first,
-                                                                                  last)))
+        except asyncio.CancelledError:  # the client hung up, or the server stops: close the backend request
+            if self._stopping:
+                self._finish(req, StreamEvent(error=EngineStopped("the server stopped before this answer finished")))
+            else:
+                self._finish(req, StreamEvent(finish_reason="cancelled", usage=_usage(None, req.submitted_at, first,
+                                                                                      last)))
         finally:
             self._active.pop(req.id, None)
             await resp.aclose()

@@ -28,8 +28,10 @@ log = logging.getLogger("flashdesk.server")
 
 BACKEND_RETRY_S = 2.0  # how often a backend that cannot be reached yet is asked again at start-up
 
-# (settings) -> (store entry, engine); tests may pass one that waits, to see the loading state
-Loader = Callable[[Settings], tuple[InstalledModel, Engine]]
+# (settings, stop) -> (store entry, engine); `stop` is set when the server stops: a load then gives
+# up within a fraction of a second (EngineStopped). Tests may pass a loader that waits, to see the
+# loading state.
+Loader = Callable[[Settings, threading.Event], tuple[InstalledModel, Engine]]
 
 
 def load_remote(settings: Settings) -> tuple[InstalledModel, RemoteEngine]:
@@ -46,7 +48,7 @@ def load_remote(settings: Settings) -> tuple[InstalledModel, RemoteEngine]:
     return entry, engine
 
 
-def load_engine(settings: Settings) -> tuple[InstalledModel, Engine]:
+def load_engine(settings: Settings, stop: threading.Event | None = None) -> tuple[InstalledModel, Engine]:
     if settings.backend:
         return load_remote(settings)
     entry = ModelStore(settings.home).resolve(settings.model)
@@ -62,7 +64,7 @@ def load_engine(settings: Settings) -> tuple[InstalledModel, Engine]:
                        selector=settings.selector, draft=draft, cost_cache=cost_cache,
                        spec_inexact=settings.allow_inexact_speculation,
                        chat_template_vars=entry.options.get("chat_template", {}))
-    return entry, Engine.load(entry.path, cfg)
+    return entry, Engine.load(entry.path, cfg, stop)
 
 
 class Runtime:
@@ -105,7 +107,7 @@ class Runtime:
         is asked again every BACKEND_RETRY_S while the status stays "loading", with the reason in `error`."""
         while True:
             try:
-                return self.loader(settings)
+                return self.loader(settings, self._stop)
             except BackendUnavailable as e:
                 if self.error != e.message:
                     log.warning("%s (asking again every %.0f s)", e.message, BACKEND_RETRY_S)
@@ -186,6 +188,14 @@ class Runtime:
         m = self.model
         served = m is not None and m.name == name and not m.source.startswith(("path:", "backend:"))
         return served or self.loading == name
+
+    def stop(self) -> None:
+        """The first step of a shutdown (a signal, any thread; returns at once): a load under way gives
+        up, and open answers end with an error event after the step under way. close() follows."""
+        self._stop.set()
+        engine = self.engine
+        if engine is not None:
+            engine.stop()
 
     def close(self) -> None:
         self._stop.set()

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from typing import Callable
 
 import llama_cpp
 import numpy as np
 
-from ..errors import GenerationFailed, ModelLoadError
+from ..errors import EngineStopped, GenerationFailed, ModelLoadError
 from . import ext
 from .model import Model
 
@@ -123,12 +124,23 @@ class Context:
         # recurrent memory: snapshots per sequence (llama.cpp clamps to 0 where the arch has none)
         self.rollback = int(llama_cpp.llama_n_rs_seq(self.ptr)) if model.recurrent else None
         self._last: dict[int, int] = {}  # seq_id -> first position of its last decode (recurrent memory)
+        self._abort = None  # set_abort's ctypes callback: llama.cpp holds only its address
+
+    def set_abort(self, flag: Callable[[], bool] | None) -> None:
+        """While `flag()` is true, llama.cpp gives up a decode between graph nodes (status 2, which
+        decode() raises as EngineStopped): a load that is stopped does not finish its checks."""
+        # a CFUNCTYPE made with no argument is the NULL function pointer: no callback
+        self._abort = llama_cpp.ggml_abort_callback() if flag is None else llama_cpp.ggml_abort_callback(
+            lambda _: bool(flag()))
+        llama_cpp.llama_set_abort_callback(self.ptr, self._abort, None)  # the ctypes callback lives on self
 
     def decode(self, batch: Batch) -> None:
         if batch.n == 0:
             return
         batch.raw.n_tokens = batch.n
         rc = llama_cpp.llama_decode(self.ptr, batch.raw)
+        if rc == 2:
+            raise EngineStopped("the server stopped while this decode ran")
         if rc != 0:
             # 1: no KV slot for the batch; 2: aborted; < 0: error. The batch left no trace.
             raise GenerationFailed(f"llama_decode failed with status {rc}")

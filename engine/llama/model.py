@@ -17,10 +17,11 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import llama_cpp
 
-from ..errors import InvalidRequest, ModelLoadError
+from ..errors import EngineStopped, InvalidRequest, ModelLoadError
 
 _backend_lock = threading.Lock()
 _backend_ready = False
@@ -81,7 +82,9 @@ class ModelInfo:
 class Model:
     """Owns a `llama_model *`. Free it with `close()` (contexts must be closed first)."""
 
-    def __init__(self, path: str | os.PathLike, *, n_gpu_layers: int = -1, verbose: bool = False):
+    def __init__(self, path: str | os.PathLike, *, n_gpu_layers: int = -1, verbose: bool = False,
+                 stop: Callable[[], bool] | None = None):
+        """`stop`: asked while the tensors load; once true, llama.cpp gives the load up (EngineStopped)."""
         init_backend(verbose)
         self.path = str(Path(path))
         if not os.path.isfile(self.path):
@@ -89,8 +92,13 @@ class Model:
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers  # ignored by a CPU-only build
         params.use_mmap = True
+        if stop is not None:  # the callback must outlive the call: kept in a local until it returns
+            keep_going = llama_cpp.llama_progress_callback(lambda _progress, _data: not stop())
+            params.progress_callback = keep_going
         recent_errors.clear()
         self.ptr = llama_cpp.llama_model_load_from_file(self.path.encode(), params)
+        if not self.ptr and stop is not None and stop():
+            raise EngineStopped("the server stopped while the model loaded")
         if not self.ptr:
             raise ModelLoadError(
                 f"llama.cpp could not load {self.path}: {last_error()}. "

@@ -133,6 +133,7 @@ def run(home: str | None = None, port: int | None = None, model: str | None = No
 
     from engine.hardware import report
 
+    from .. import shutdown
     from ..app import create_app
     from . import window as app_window  # `window` is this function's flag
 
@@ -154,7 +155,8 @@ def run(home: str | None = None, port: int | None = None, model: str | None = No
     sock = bind_loopback(port)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
     settings = settings.model_copy(update={"port": sock.getsockname()[1]})
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", timeout_graceful_shutdown=5))
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
     no_window = "turned off" if not window else app_window.unavailable()
     say(f"flashdesk is running at {url}  (logs: {log_path}; "
         f"{'quit from its window' if no_window is None else 'press Ctrl+C or close this window'} to stop)")
@@ -163,7 +165,9 @@ def run(home: str | None = None, port: int | None = None, model: str | None = No
     if open_browser:
         open_when_listening(server, url)
 
-    def stop(*_) -> None:  # finishes open answers' last step, closes the model and the databases
+    def stop(*_) -> None:  # ends open answers after their step under way, closes the model and the databases
+        if not server.should_exit:
+            shutdown.begin(app)
         server.force_exit = server.should_exit  # a second Ctrl+C: do not wait for open connections
         server.should_exit = True
 

@@ -34,9 +34,9 @@ def wait_idle(base: str, timeout: float) -> float:
 def test_503_while_the_model_loads_then_ready(store):
     gate = threading.Event()
 
-    def slow_loader(settings):
+    def slow_loader(settings, stop):
         gate.wait(30)
-        return load_engine(settings)
+        return load_engine(settings, stop)
 
     srv = ThreadServer(create_app(Settings(home=str(store.home), ctx=TEST_CTX, threads=2), slow_loader))
     try:
@@ -64,7 +64,7 @@ def test_stream_failing_after_start_ends_with_one_error_event(store, model_path)
     """The engine stops mid-answer (as at shutdown): the stream ends with one `error` event."""
     holder = {}
 
-    def loader(settings):
+    def loader(settings, stop):
         holder["engine"] = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_threads=2))
         return store.get("smollm2"), holder["engine"]
 

@@ -6,6 +6,7 @@ catalog file is reported instead of stopping the server.
 
 from __future__ import annotations
 
+import signal
 import time
 
 import httpx
@@ -14,7 +15,7 @@ import pytest
 from hub_models import catalog_entry, hub_file, write_draft, write_target
 from hub_standin import HubStandIn
 
-from conftest import linked_home, serving
+from conftest import ServerProcess, linked_home, serving
 
 REPO = "shop-org/Tiny-GGUF"
 
@@ -40,7 +41,7 @@ def srv(tmp_path_factory, store, hub_files):
         env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(home / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1",
                "HF_TOKEN": ""}
         with serving(home, env=env) as s:
-            s.hub, s.home = hub, home
+            s.hub, s.home, s.env = hub, home, env
             yield s
 
 
@@ -98,3 +99,28 @@ def test_cancel_over_http_leaves_nothing(srv):
     assert job["status"] == "cancelled" and job["code"] == "cancelled" and "nothing was installed" in job["error"]
     assert not (srv.home / "models" / "tiny-big").exists() and not (srv.home / "downloads" / "tiny-big").exists()
     assert call(srv, "POST", "/v1/store/jobs/nope/cancel").status_code == 404
+
+
+def test_sigterm_during_a_pull_stops_at_once_and_lists_nothing_half_installed(srv):
+    """A second server on the same home is stopped mid-download; the first then lists no tiny-big."""
+    other = ServerProcess(srv.home, env=srv.env)
+    srv.hub.throttle(2 << 20)
+    try:
+        other.wait_ready(measured=False)
+        job = httpx.post(f"{other.base}/v1/store/pull", json={"name": "tiny-big"}, timeout=30).json()
+        deadline = time.time() + 30
+        while job["done_bytes"] == 0 and job["status"] == "running" and time.time() < deadline:
+            time.sleep(0.05)
+            job = httpx.get(f"{other.base}/v1/store/jobs/{job['id']}", timeout=30).json()
+        assert job["status"] == "running" and job["done_bytes"] > 0, job
+        t0 = time.perf_counter()
+        other.proc.send_signal(signal.SIGTERM)
+        other.proc.wait(timeout=30)
+        took = time.perf_counter() - t0
+    finally:
+        srv.hub.throttle(None)
+        other.stop()
+    assert took < 3.0, f"{took:.1f} s after SIGTERM during a pull: {other.log_tail()}"
+    assert not (srv.home / "models" / "tiny-big").exists()
+    listed = {c["name"]: c for c in call(srv, "GET", "/v1/store/models").json()["catalog"]}
+    assert not listed["tiny-big"]["installed"]
