@@ -189,12 +189,16 @@ PROMPT = "<|im_start|>user\nName a colour, as JSON.<|im_end|>\n<|im_start|>assis
 N = 300
 
 
-def colour_draws(eng, spec: SpecParams, grammar: str, seed0: int) -> Counter:
+def colour_draws(eng, spec: SpecParams, grammar: str, seed0: int, wave: int = 4) -> Counter:
+    """N seeded draws, `wave` at a time (the engine's slots): each draw has its own seed and the
+    rows of a batch decode like single tokens, so this is the same distribution in fewer steps."""
     out = Counter()
-    for i in range(N):
-        c = eng.complete(PROMPT, max_tokens=12, speculative=spec, grammar=grammar,
-                         sampling=SamplingParams(temperature=1.0, top_k=3, seed=seed0 + i))
-        out[c.text] += 1
+    for start in range(0, N, wave):
+        handles = [eng.generate(PROMPT, max_tokens=12, speculative=spec, grammar=grammar,
+                                sampling=SamplingParams(temperature=1.0, top_k=3, seed=seed0 + i))
+                   for i in range(start, min(N, start + wave))]
+        for h in handles:
+            out[Completion.collect(iter(h)).text] += 1
     return out
 
 
