@@ -12,9 +12,14 @@ difference to the base. JSON: bench/out/draft_ab.json (or --out).
     .venv/bin/python bench/draft_ab.py --data DIR [DIR ...] --minutes 20 \\
         --arm base '{}' --arm kl '{"kl_weight": 0.5}' --arm dpace '{"position_weights": "dpace"}'
 
-The overrides are TrainConfig fields (draft_training/train.py). What it is not: a speed
-benchmark (bench/spec.py) or an online evaluation (draft_training/evaluate.py does that for the
-draft a run ships).
+The overrides are TrainConfig fields (draft_training/train.py), plus "data": a list of data
+folders that arm trains on instead of --data. That is how a data change (sampled answers,
+self-written prompts) is A/B tested: each arm its own folders, of equal answer tokens. Each
+arm's held-out set is then its own, so offline tau no longer compares them. `--online N`
+exports every arm's draft once all have trained and decodes N of the dev prompts
+(tests/data/prompts-dev.jsonl, spread over its categories) through the engine, one arm after
+the other, with the selectors of `--online-selectors`: the same prompts for every arm. What it
+is not: a speed benchmark (bench/spec.py).
 """
 
 from __future__ import annotations
@@ -28,15 +33,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[0] = str(ROOT)  # not bench/: its profile.py would shadow the stdlib's, which torch imports
-from bench.common import drop_callers_settings, test_home  # noqa: E402
+from bench.common import dev_prompts, drop_callers_settings, test_home  # noqa: E402
 
 drop_callers_settings()
 
 
 def run_arm(target: str, data: list[str], work: Path, overrides: dict, minutes: float, eval_seqs: int) -> dict:
-    """One arm in this process: train for `minutes`, then report the evaluations."""
+    """One arm in this process: train for `minutes`, export its draft, report the evaluations."""
     from draft_training.train import TrainConfig, Trainer
 
+    overrides = dict(overrides)
+    data = overrides.pop("data", data)
     cfg = TrainConfig(**{"threads": 1, "eval_seqs": eval_seqs, **overrides})
     t = Trainer(target, data if len(data) > 1 else data[0], work, cfg, log=lambda m: print(m, flush=True))
     t0 = time.perf_counter()
@@ -44,18 +51,42 @@ def run_arm(target: str, data: list[str], work: Path, overrides: dict, minutes: 
     evals = [{"step": h["step"], "t": h["t"], "tau": h["eval"]["tau"]} for h in t.history if h.get("eval")]
     best = max(evals, key=lambda e: max(e["tau"].values()), default=None)
     start = (t.best.get("start") or {}).get("tau")  # an arm that continues a draft: that draft's tau
-    return {"start": start, "steps": t.step, "train_s": round(t.elapsed), "wall_s": round(time.perf_counter() - t0),
+    t.export(work / "draft.gguf")
+    return {"data": data, "draft": str(work / "draft.gguf"), "start": start, "steps": t.step,
+            "train_s": round(t.elapsed), "wall_s": round(time.perf_counter() - t0),
             "evals": evals, "final": evals[-1]["tau"] if evals else {}, "best": best}
+
+
+def spread(prompts: list[dict], n: int) -> list[dict]:
+    """n prompts taken evenly over the list (the dev file is in blocks of one category each)."""
+    n = min(n, len(prompts))
+    return [prompts[i * len(prompts) // n] for i in range(n)]
+
+
+def online(target: str, results: dict, n: int, selectors: tuple[str, ...]) -> None:
+    """Every trained arm's draft on the same n dev prompts through the engine, one arm at a time."""
+    from draft_training.evaluate import online_eval
+
+    prompts = spread(dev_prompts(), n)
+    for name, r in results.items():
+        if r["rc"] == 0:
+            t0 = time.perf_counter()
+            r["online"] = online_eval(target, r["draft"], prompts, selectors=selectors)
+            print(f"online {name}: " + ", ".join(f"{s} {v['tau']}" for s, v in r["online"]["selectors"].items())
+                  + f" ({time.perf_counter() - t0:.0f} s, mismatches {r['online']['mismatches']})", flush=True)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", help="target .gguf (default: the test model SmolLM2-135M Q4_1)")
-    ap.add_argument("--data", nargs="+", required=True, help="captured data folder(s)")
+    ap.add_argument("--data", nargs="+", default=[], help="captured data folder(s) of the arms without their own")
     ap.add_argument("--arm", nargs=2, action="append", metavar=("NAME", "JSON"), required=True,
                     help="an arm: its name and its TrainConfig overrides as JSON; the first is the base")
     ap.add_argument("--minutes", type=float, default=20.0, help="training time of every arm")
     ap.add_argument("--eval-seqs", type=int, default=48, help="held-out sequences every arm is evaluated on")
+    ap.add_argument("--online", type=int, default=0, metavar="N",
+                    help="then decode N dev prompts with every arm's draft")
+    ap.add_argument("--online-selectors", default="dp,top1", help="selectors of --online, comma-separated")
     ap.add_argument("--work", default=str(ROOT / "bench" / "out" / "draft_ab"), help="arms' checkpoints")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "draft_ab.json"))
     ap.add_argument("--one", nargs=2, metavar=("NAME", "JSON"), help=argparse.SUPPRESS)  # an arm's own process
@@ -70,14 +101,16 @@ def main() -> int:
     names = [n for n, _ in a.arm]
     if len(set(names)) != len(names):
         ap.error("arm names must differ")
-    for _, over in a.arm:
-        json.loads(over)  # a typo fails here, before any arm starts
+    for name, over in a.arm:  # a typo fails here, before any arm starts
+        if not (json.loads(over).get("data") or a.data):
+            ap.error(f"arm {name}: no data (give --data or a \"data\" list in its JSON)")
     work.mkdir(parents=True, exist_ok=True)
     procs = []
     for name, over in a.arm:
         log = open(work / f"{name}.log", "w")
-        cmd = [sys.executable, __file__, "--target", target, "--data", *a.data, "--minutes", str(a.minutes),
-               "--eval-seqs", str(a.eval_seqs), "--work", str(work), "--arm", name, over, "--one", name, over]
+        cmd = [sys.executable, __file__, "--target", target, *(["--data", *a.data] if a.data else []),
+               "--minutes", str(a.minutes), "--eval-seqs", str(a.eval_seqs), "--work", str(work),
+               "--arm", name, over, "--one", name, over]
         procs.append((name, over, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
     results = {}
     for name, over, p, log in procs:
@@ -86,6 +119,8 @@ def main() -> int:
         res_path = work / f"{name}.json"
         results[name] = {"overrides": json.loads(over), "rc": rc,
                          **(json.loads(res_path.read_text()) if rc == 0 and res_path.exists() else {})}
+    if a.online:
+        online(target, results, a.online, tuple(a.online_selectors.split(",")))
     base = results[names[0]].get("final", {})
     print(f"{'arm':<14}{'steps':>7}  " + "  ".join(f"{s:>14}" for s in base) + "   (final offline tau, delta to base)")
     for name in names:
@@ -95,10 +130,21 @@ def main() -> int:
             continue
         cells = [f"{v:6.3f} ({v - base.get(s, v):+.3f})" for s, v in r["final"].items()]
         print(f"{name:<14}{r['steps']:>7}  " + "  ".join(f"{c:>14}" for c in cells))
+    if a.online:
+        base_on = results[names[0]].get("online", {}).get("selectors", {})
+        print(f"online tau on {a.online} dev prompts, block 8 (delta to base):")
+        for name in names:
+            on = results[name].get("online", {}).get("selectors", {})
+            print(f"{name:<14}" + "  ".join(f"{s} {v['tau']:6.3f} ({v['tau'] - base_on.get(s, v)['tau']:+.3f})"
+                                            for s, v in on.items()))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps({"minutes": a.minutes, "data": a.data, "arms": results}, indent=1))
+    summary = {"minutes": a.minutes, "data": a.data, "online_prompts": a.online, "arms": results}
+    Path(a.out).write_text(json.dumps(summary, indent=1))
     print(f"wrote {a.out}")
-    return 0 if all(r["rc"] == 0 for r in results.values()) else 1
+    lossy = [n for n, r in results.items() if r.get("online", {}).get("mismatches")]
+    if lossy:
+        print(f"LOSSY: the drafts of {lossy} changed the output", file=sys.stderr)
+    return 0 if all(r["rc"] == 0 for r in results.values()) and not lossy else 1
 
 
 if __name__ == "__main__":
