@@ -33,9 +33,10 @@ async def health(request: Request):
     body = {"status": rt.status}
     if eng is not None:
         body |= {"model": rt.model.name, "engine": eng.stats(), "n_ctx": eng.n_ctx}
-    body["speculation"] = speculation.facts(eng) if eng is not None else speculation.names()
     status = 200 if eng is not None else 503
-    if eng is not None and rt.remote:
+    if eng is None or not rt.remote:
+        body["speculation"] = speculation.facts(eng) if eng is not None else speculation.names()
+    else:
         body["backend"], body["speculation"] = await asyncio.gather(eng.probe(), speculation.published(eng))
         status = BACKEND_STATUS[body["backend"]["status"]]
         if status != 200:  # nothing can be answered: the UI shows this as it shows a model that failed to load
