@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from engine import EngineError, InvalidRequest
+from engine.errors import ServerBusy
 
 from .. import openai_format as fmt
 from ..audit import AuditLog, AuditLogError, ParseRecord
@@ -108,6 +109,8 @@ async def parse(body: ParseRequest, request: Request):
     try:
         events = await submit(engine, req)
         done = await collect(request, req, events)
+    except ServerBusy:  # not read at all (a 429): the caller sends it again, the trail waits for that
+        raise
     except (EngineError, APIError) as e:  # the trail keeps failed parses too (a hang-up is a 499)
         await run_in_threadpool(audit.record, ParseRecord(
             **about, output=None, valid=False, finish_reason="error", needs_review=True,

@@ -1,6 +1,7 @@
 """More requests than slots over HTTP: past --max-queue a request gets a 429 with Retry-After
 (the openai client's RateLimitError), never a timeout with no answer; /health and /metrics count
-it; the server answers again once a slot is free."""
+it, and a work-order parse refused so is not in the audit trail; the server answers again once a
+slot is free."""
 
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ import httpx
 import openai
 import pytest
 
-from conftest import TEST_CTX, ThreadServer, wait_ready
+from conftest import TEST_CTX, ThreadServer, linked_home, wait_ready
 from server.app import create_app
 from server.settings import Settings
 
 COUNTING = {"model": "smollm2", "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 1500, "temperature": 0}
 
 
-def test_past_the_queue_limit_a_request_gets_a_429_with_retry_after(store):
-    srv = ThreadServer(create_app(Settings(home=str(store.home), ctx=TEST_CTX, threads=2, parallel=1, max_queue=0,
+def test_past_the_queue_limit_a_request_gets_a_429_with_retry_after(store, tmp_path):
+    home = linked_home(tmp_path, store)  # its own audit trail
+    srv = ThreadServer(create_app(Settings(home=str(home), ctx=TEST_CTX, threads=2, parallel=1, max_queue=0,
                                            speculative="off")))
     started, release = threading.Event(), threading.Event()
     try:
@@ -42,9 +44,12 @@ def test_past_the_queue_limit_a_request_gets_a_429_with_retry_after(store):
         assert e.value.status_code == 429 and e.value.body["code"] == "server_busy"
         assert 1 <= int(e.value.response.headers["Retry-After"]) <= 60
         assert "--max-queue" in e.value.message
+        parse = httpx.post(f"{srv.base}/v1/workorders/parse", json={"text": "500 flyers A5 by Friday"}, timeout=30)
+        assert parse.status_code == 429 and "Retry-After" in parse.headers
+        assert httpx.get(f"{srv.base}/v1/workorders").json()["data"] == []  # never read: not in the audit trail
         health = httpx.get(f"{srv.base}/health").json()["engine"]
-        assert health["max_queue"] == 0 and health["refused"] == 1
-        assert "flashdesk_busy_refusals_total 1" in httpx.get(f"{srv.base}/metrics").text
+        assert health["max_queue"] == 0 and health["refused"] == 2
+        assert "flashdesk_busy_refusals_total 2" in httpx.get(f"{srv.base}/metrics").text
         release.set()
         holder.join(60)
         # the hang-up freed the slot: the client's own retry (as openai does on a 429) gets an answer
