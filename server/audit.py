@@ -5,9 +5,10 @@ with record / get / list / count and a streamed CSV or JSONL export, and `ParseR
 the dataclass a parse handler fills in. Dict and list fields are stored as JSON text
 (ensure_ascii=False, so Traditional Chinese round-trips and stays readable in the file).
 
-What it is not: no HTTP (server/errors.py's table maps `AuditLogError` and
-`AuditQueryError` to error JSON), no retention or deletion policy, no full-text index (`q`
-is a LIKE scan, fine for the thousands of rows an office produces), no encryption.
+What it is not: no HTTP (server/errors.py's table maps `AuditLogError`, `AuditWriteFailed`
+(a full or failing disk: 507) and `AuditQueryError` to error JSON), no retention or deletion
+policy, no full-text index (`q` is a LIKE scan, fine for the thousands of rows an office
+produces), no encryption.
 
 Durability: `journal_mode=WAL` + `synchronous=FULL` (+ `fullfsync` on macOS). Every
 `record()` is one transaction that is fsynced before it returns, so a returned record
@@ -81,6 +82,10 @@ class AuditLogError(Exception):
     """The audit log file cannot be used; the message names the path and the next step."""
 
 
+class AuditWriteFailed(AuditLogError, sqlite_file.DiskWriteFailed):
+    """The disk refused a record (full, or failing): it is not saved, earlier ones are."""
+
+
 class AuditQueryError(ValueError):
     """A filter, page or export format the caller can fix: the API answers 400."""
 
@@ -131,7 +136,7 @@ class AuditLog:
             row[k] = int(bool(row[k]))
         cols = ", ".join(row)
         marks = ", ".join(f":{k}" for k in row)
-        with self._lock:
+        with self._lock, sqlite_file.writing(self.path, "audit log", AuditWriteFailed):
             self._db.execute(f"INSERT INTO records ({cols}) VALUES ({marks})", row)  # autocommit: one tx
         return row["id"]
 

@@ -7,10 +7,10 @@ with a HINT for a file that is not ours), one connection behind a lock. Dict fie
 (settings, meta) are stored as JSON text with ensure_ascii=False so Chinese stays readable.
 
 What it is not: no HTTP (server/errors.py's table maps `ConversationNotFound` to 404,
-`ConversationInputError` to 400 and `ConversationStoreError` to 503), no generation (the
-UI calls /v1/chat/completions itself and stores the answer with add_message), no users or
-permissions (one local user), no full-text index (`q` is a LIKE scan over titles and
-contents, fine for a desk's history).
+`ConversationInputError` to 400, `ConversationWriteFailed` (a full or failing disk) to 507
+and `ConversationStoreError` to 503), no generation (the UI calls /v1/chat/completions
+itself and stores the answer with add_message), no users or permissions (one local user),
+no full-text index (`q` is a LIKE scan over titles and contents, fine for a desk's history).
 
 Durability and concurrency: as in server/audit.py; every write method is one transaction,
 fsynced before it returns. Blocking: call it from async code through `run_in_threadpool`.
@@ -66,6 +66,10 @@ class ConversationStoreError(Exception):
     """The conversations file cannot be used; the message names the path and the next step."""
 
 
+class ConversationWriteFailed(ConversationStoreError, sqlite_file.DiskWriteFailed):
+    """The disk refused a write (full, or failing): that write is not saved, earlier ones are."""
+
+
 class ConversationInputError(ValueError):
     """A value the caller can fix (a size limit, a role, a seq, a page): the API answers 400."""
 
@@ -97,6 +101,10 @@ class ConversationStore:
         dt = datetime.fromtimestamp(self._last_ms / 1000, timezone.utc).replace(tzinfo=None)
         return self._last_ms, dt.isoformat(timespec="milliseconds") + "Z"
 
+    def _writing(self):
+        """Around every write: a full or failing disk becomes ConversationWriteFailed."""
+        return sqlite_file.writing(self.path, "chat history", ConversationWriteFailed)
+
     def _require(self, conversation_id: str) -> dict:
         row = self._db.execute("SELECT title FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
         if row is None:
@@ -109,7 +117,7 @@ class ConversationStore:
         """A new, empty conversation; returns it as get() would."""
         title_text = _title(title)
         settings_text = _settings(settings)  # validate before the lock: a bad value fails alone
-        with self._lock:
+        with self._lock, self._writing():
             ms, now = self._stamp()
             cid = f"c_{ms:012x}{secrets.token_hex(6)}"
             self._db.execute("INSERT INTO conversations (id, title, created_at, updated_at, settings) "
@@ -153,7 +161,7 @@ class ConversationStore:
 
     def rename(self, conversation_id: str, title: str) -> dict:
         title_text = _title(title)
-        with self._lock, sqlite_file.transaction(self._db):
+        with self._lock, self._writing(), sqlite_file.transaction(self._db):
             self._require(conversation_id)
             self._db.execute("UPDATE conversations SET title = ?, updated_at = ? WHERE id = ?",
                              (title_text, self._stamp()[1], conversation_id))
@@ -162,7 +170,7 @@ class ConversationStore:
     def update_settings(self, conversation_id: str, settings: dict) -> dict:
         """Replace (not merge) the settings: the UI sends its whole settings panel."""
         settings_text = _settings(settings)
-        with self._lock, sqlite_file.transaction(self._db):
+        with self._lock, self._writing(), sqlite_file.transaction(self._db):
             self._require(conversation_id)
             self._db.execute("UPDATE conversations SET settings = ?, updated_at = ? WHERE id = ?",
                              (settings_text, self._stamp()[1], conversation_id))
@@ -170,7 +178,7 @@ class ConversationStore:
 
     def delete(self, conversation_id: str) -> None:
         """Delete the conversation and (ON DELETE CASCADE) its messages."""
-        with self._lock:
+        with self._lock, self._writing():
             cur = self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
             if cur.rowcount == 0:
                 raise ConversationNotFound(conversation_id)
@@ -188,7 +196,7 @@ class ConversationStore:
             raise ConversationInputError(f"content is over {MAX_CONTENT_BYTES // 1024} KB; "
                                          "split it or attach less text")
         meta_text = None if meta is None else _json_object("meta", meta, MAX_META_BYTES)
-        with self._lock, sqlite_file.transaction(self._db):
+        with self._lock, self._writing(), sqlite_file.transaction(self._db):
             conv = self._require(conversation_id)
             seq = self._db.execute("SELECT coalesce(max(seq), 0) + 1 FROM messages WHERE conversation_id = ?",
                                    (conversation_id,)).fetchone()[0]
@@ -210,7 +218,7 @@ class ConversationStore:
         The next add_message reuses the freed seq numbers (seq is max + 1)."""
         if seq < 0:
             raise ConversationInputError(f"seq must be >= 0, got {seq}")
-        with self._lock, sqlite_file.transaction(self._db):
+        with self._lock, self._writing(), sqlite_file.transaction(self._db):
             self._require(conversation_id)
             cur = self._db.execute("DELETE FROM messages WHERE conversation_id = ? AND seq > ?", (conversation_id, seq))
             if cur.rowcount:

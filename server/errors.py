@@ -20,6 +20,7 @@ from engine.errors import (ContextLengthExceeded, DownloadError, EngineError, En
 
 from .audit import AuditLogError, AuditQueryError
 from .conversations import ConversationInputError, ConversationNotFound, ConversationStoreError
+from .sqlite_file import DiskWriteFailed
 from .upstream import BackendFailed, BackendUnavailable
 
 log = logging.getLogger("flashdesk.server")
@@ -43,6 +44,9 @@ ENGINE_ERRORS: list[tuple[type[EngineError], int, str]] = [
 # store error class -> (HTTP status, code, param, message with {e} for the store's own words).
 # The stores know nothing of HTTP; their messages already name the file and the next step.
 STORE_ERRORS: list[tuple[type[Exception], int, str, str | None, str]] = [
+    # A full (or failing) disk under either store: 507 Insufficient Storage says "not stored", and the
+    # message names the file and what to free; a client may send the same request again afterwards.
+    (DiskWriteFailed, 507, "insufficient_storage", None, "{e}"),
     (ConversationNotFound, 404, "conversation_not_found", "id", "{e}; see GET /v1/conversations"),
     (ConversationInputError, 400, "invalid_request", None, "{e}"),
     (ConversationStoreError, 503, "conversations_unavailable", None, "the chat history is unavailable: {e}"),
@@ -53,7 +57,7 @@ STORE_ERRORS: list[tuple[type[Exception], int, str, str | None, str]] = [
 STATUS_TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
     404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error",
-    429: "rate_limit_error", 503: "server_error",
+    429: "rate_limit_error", 503: "server_error", 507: "server_error",
 }
 
 

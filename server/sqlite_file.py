@@ -1,6 +1,7 @@
 """Opening one of flashdesk's own SQLite files (the work-order audit log, the chat history):
 WAL + synchronous=FULL, our application_id, user_version migrations, and a clear error for
-a file that is not ours, is damaged, or is newer than this code.
+a file that is not ours, is damaged, or is newer than this code; and `writing`, which turns
+a write the disk refused (full, or failing) into the store's own error with the next step.
 
 What it is not: a store (audit.py and conversations.py own their tables and queries).
 References: https://www.sqlite.org/wal.html, https://www.sqlite.org/pragma.html
@@ -9,9 +10,28 @@ References: https://www.sqlite.org/wal.html, https://www.sqlite.org/pragma.html
 from __future__ import annotations
 
 import sqlite3
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator
+
+SQLITE_IOERR, SQLITE_FULL = 10, 13  # primary result codes, https://www.sqlite.org/rescode.html
+
+
+class DiskWriteFailed(Exception):
+    """Mixed into each store's "the disk refused a write" error, so server/errors.py answers
+    them all with one row (507 Insufficient Storage)."""
+
+
+def disk_problem(e: sqlite3.Error) -> str | None:
+    """What a disk-level SQLite error means for the user, or None for any other error.
+    SQLite says SQLITE_FULL when write() fails with ENOSPC; other failed writes (EFBIG past a
+    file size limit, EIO, a failed fsync) are SQLITE_IOERR_*, which may be a full disk too."""
+    code = getattr(e, "sqlite_errorcode", 0) & 0xFF  # the primary code of an extended one
+    if code == SQLITE_FULL:
+        return "the disk is full"
+    if code == SQLITE_IOERR:
+        return "the disk refused the write (it may be full, or failing)"
+    return None
 
 
 def open_file(path: Path, what: str, app_id: int, migrations: dict[int, list[str]], error: type[Exception],
@@ -30,6 +50,9 @@ def open_file(path: Path, what: str, app_id: int, migrations: dict[int, list[str
         _setup(db, path, what, app_id, migrations, error, pragmas)
     except sqlite3.DatabaseError as e:  # "file is not a database", "malformed", ...
         db.close()
+        if why := disk_problem(e):  # a healthy file on a full disk: moving it away would lose it for nothing
+            raise error(f"cannot open the {what} {path}: {why} (SQLite: {e}). HINT: free up space on that disk "
+                        "(or check it), then start flashdesk again; the file is kept as it is.") from e
         raise error(f"{path} is not a readable flashdesk {what} (SQLite: {e}). HINT: move the file away "
                     f"(e.g. `mv '{path}' '{path}.bad'`); a new empty one is created in its place on the next "
                     "start.") from e
@@ -70,7 +93,29 @@ def transaction(db: sqlite3.Connection) -> Iterator[None]:
     db.execute("BEGIN IMMEDIATE")
     try:
         yield
+        db.execute("COMMIT")
     except BaseException:
-        db.execute("ROLLBACK")
+        # After SQLITE_FULL or SQLITE_IOERR SQLite may have rolled back on its own (a ROLLBACK then
+        # fails and would hide the real error), and a failed COMMIT may leave the transaction open,
+        # holding the write lock so that every later write of this connection fails.
+        if db.in_transaction:
+            with suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
         raise
-    db.execute("COMMIT")
+
+
+@contextmanager
+def writing(path: Path, what: str, error: type[Exception]) -> Iterator[None]:
+    """Around a write (outside its transaction, so the rollback comes first): a write the disk
+    refused becomes `error` (a DiskWriteFailed), naming the file and the next step. What was
+    committed before stays: the failed transaction is rolled back whole, in WAL or on disk."""
+    try:
+        yield
+    except sqlite3.Error as e:
+        why = disk_problem(e)
+        if why is None:
+            raise
+        code = getattr(e, "sqlite_errorname", "?")
+        raise error(f"{why}: the {what} {path} could not be written, so nothing of this request was saved "
+                    f"there; everything saved before is kept (SQLite: {e}, {code}). HINT: free up space on that "
+                    "disk (or check it), then try again.") from e
