@@ -16,19 +16,25 @@ is checked against the values; beside other keywords it becomes anyOf of one sch
 the keywords of that type, each checked as below (json_schema_rules.split_types). Objects:
 properties, required, additionalProperties. Arrays: items + minItems/maxItems (<= 500),
 prefixItems (or draft-7 list items). Strings ("type": "string"): minLength/maxLength (<= 2000);
-format date, time, date-time, uuid; pattern in the subset of json_schema_rules.pattern_problem,
-or beside a format only if that format implies it (json_schema_rules.IMPLIED_PATTERNS; then the
-format's grammar is enforced). Integers ("type": "integer"): minimum, maximum, exclusiveMinimum,
-exclusiveMaximum (numbers; an exact GBNF range we write, as the converter ignores bounds). Not
-multipleOf, nor bounds on "number" (the HINT says: integer).
+format date, time, date-time, uuid, email, ipv4; pattern (any regex whose language is regular:
+no backreferences, lookaround or flags), each alone or together: the grammar enforces the strings
+all of them accept, an automaton we build (json_schema_string.py, regex_lang.py), or the
+converter's own format rule when the others take every string of the format. Integers: minimum,
+maximum, exclusiveMinimum, exclusiveMaximum (an exact GBNF range we write, as the converter
+ignores bounds), multipleOf (an integer <= 1000). Numbers ("type": "number"): the same bounds and
+integer multipleOf (json_schema_number.py); a non-integer multipleOf is refused (jsonschema checks
+it in floating point).
 Stricter than the schema, so output stays valid: properties in a fixed order (required first);
 only properties the schema names (absent additionalProperties counts as false; true or a schema
 beside properties is dropped); a tuple has exactly its prefixItems; enum/const values appear as
 json.dumps writes them; integers have at most 16 digits, no exponent and no leading zero, and a
-bounded one is never "-0". `{}` is any value. "strict" is checked (bool or null) and changes
-nothing: output is always constrained, optional properties stay optional (OpenAI's strict mode
-would refuse them). Partial: date/time/date-time are RFC 3339 shapes, not calendars (2024-02-31
-passes the grammar; validate() reports what jsonschema can check).
+bounded one is never "-0"; a bounded number has no exponent, at most 15 digits and is never -0, a
+multiple is written as an integer; a pattern's "$" matches only at the very end, and characters
+come raw but for '"', '\\' and controls, written as json.dumps writes them. `{}` is any value.
+"strict" is checked (bool or null) and changes nothing: output is always constrained, optional
+properties stay optional (OpenAI's strict mode would refuse them). Partial: date/time/date-time
+are RFC 3339 shapes, not calendars (2024-02-31 passes the grammar; validate() reports what
+jsonschema can check).
 
 Converter bugs worked around: $ref rules are named by the pointer's last segment and a taken name
 (a property's rule, "string") is silently reused -> refs renamed uniquely; a root $ref hides the
@@ -36,11 +42,12 @@ refs under it (KeyError) -> wrapped in anyOf. Its `char` rule admits raw control
 (invalid JSON) -> patched, and \\u surrogates left out so lengths count code points.
 enum/const values and property names are written unescaped -> '"', '\\', control and non-BMP
 characters refused. `{}`/true mean "any object", annotation-only schemas crash -> all six types.
-Keywords beside the one it dispatches on are dropped (maxLength beside pattern) -> refused. A
-property "" takes the root rule, "*" repeats; an empty enum is an empty rule; minItems > maxItems
-emits minItems items; patterns with a top-level |, escapes, ".", [^...], (?...) or a stray }
-translate wrongly, fail to parse or hang -> refused. It ignores minimum/maximum and takes no raw
-GBNF -> a bounded integer goes in as a const SENTINEL whose literal is then replaced by our rule.
+Keywords beside the one it dispatches on are dropped (maxLength beside pattern) -> refused or
+enforced by our rule. A property "" takes the root rule, "*" repeats; an empty enum is an empty
+rule; minItems > maxItems emits minItems items; patterns with a top-level |, escapes, ".", [^...],
+(?...) or a stray } translate wrongly, fail to parse or hang -> patterns never reach it. It
+ignores minimum/maximum and takes no raw GBNF -> a node with a rule of ours (a bounded integer or
+number, a string language) goes in as a const SENTINEL whose literal is then replaced by our rule.
 
 References: OpenAI structured outputs guide; json-schema.org 2020-12; llama.cpp grammars/README.md.
 """
@@ -55,7 +62,10 @@ from urllib.parse import unquote
 import jsonschema
 from jsonschema import validators
 
+from engine import json_schema_number as numbers
 from engine import json_schema_rules as rules
+from engine import json_schema_string as strings
+from engine import regex_lang
 from engine.errors import InvalidRequest
 from engine.llama.grammar import gbnf_parses, llama_grammar
 
@@ -69,7 +79,6 @@ CONTAINERS = ("$defs", "definitions")
 TYPES = ["string", "number", "boolean", "object", "array", "null"]  # integer is a number
 JSON_TYPE = {bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object",
              type(None): "null"}
-FORMATS = {"date", "time", "date-time", "uuid"}
 DRAFTS = (jsonschema.Draft6Validator, jsonschema.Draft7Validator, jsonschema.Draft201909Validator,
           jsonschema.Draft202012Validator)
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for json_schema.name
@@ -77,8 +86,8 @@ HINT = "HINT: remove it, or check it in your own code after the response"
 # Keywords some branch enforces: elsewhere the message says where they would work.
 SUPPORTED = {"$ref", "oneOf", "anyOf", "type", "const", "enum", "properties", "required", "additionalProperties",
              "items", "prefixItems", "minItems", "maxItems", "pattern", "format", "minLength", "maxLength",
-             *rules.BOUNDS}
-SENTINEL = "\x01flashdesk-integer-{}"  # a const for an integer range; _literal_ok keeps \x01 from users
+             "multipleOf", *rules.BOUNDS}
+SENTINEL = "\x01flashdesk-rule-{}"  # a const holding the place of a rule of ours; _literal_ok keeps \x01 from users
 # The converter's string character, and the same without raw control characters and \\u surrogates.
 _CHAR = "char ::= " + llama_grammar.PRIMITIVE_RULES["char"].content
 _CHAR_FIXED = (r'char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CefEF] [0-9a-fA-F] | [dD] [0-7]) '
@@ -153,7 +162,7 @@ def compile_response_format(response_format: dict | None) -> Constraint | None:
 class _Walk:
     nodes: dict = field(default_factory=dict)  # JSON pointer -> normalised node (for $ref targets)
     refs: list = field(default_factory=list)  # (normalised node holding "$ref", its pointer)
-    ranges: list = field(default_factory=list)  # (normalised integer node, lowest, highest)
+    own: list = field(default_factory=list)  # (normalised node, writer): rules of ours, see _own_rules
     names: set = field(default_factory=set)  # every property name: $ref rule names must differ
 
 
@@ -172,7 +181,7 @@ def _to_grammar(schema: dict) -> str:
         name = names.setdefault(target, prefix + "".join("abcdefghij"[int(d)] for d in str(len(names))))
         defs[name] = walk.nodes[target]
         node["$ref"] = f"#/$defs/{name}"
-    for i, (node, _, _) in enumerate(walk.ranges):  # the converter has no bounds: a const holds the place
+    for i, (node, _) in enumerate(walk.own):  # the converter has no such rule: a const holds the place
         node.clear()
         node["const"] = SENTINEL.format(i)
     if "$ref" in root:  # the converter would not look for refs in the siblings of a root $ref
@@ -181,12 +190,38 @@ def _to_grammar(schema: dict) -> str:
         text = llama_grammar.json_schema_to_gbnf(json.dumps({**root, "$defs": defs}))
     except (AssertionError, KeyError, ValueError, TypeError, RecursionError) as e:
         raise _bad(f"llama.cpp's JSON Schema converter failed: {e}; HINT: simplify the schema") from None
-    for i, (_, lo, hi) in enumerate(walk.ranges):  # written as it writes a const: '"' json.dumps '"', '"' escaped
-        literal = '"' + json.dumps(SENTINEL.format(i)).replace('"', '\\"') + '"'
-        text = text.replace(literal, f"({rules.integer_gbnf(lo, hi)}) space")  # space: as its integer rule
-    if json.dumps(SENTINEL.format(""))[1:-1] in text:
-        raise _bad("an integer range was left out of the grammar (a bug); HINT: drop the bounds for now")
+    text = _own_rules(text, walk.own)
     return _checked("\n".join(_CHAR_FIXED if line == _CHAR else line for line in text.split("\n")))
+
+
+def _own_rules(text: str, own: list) -> str:
+    """Each placeholder const -> its rule. A writer takes a free rule name and returns (the
+    expression in place of the const, the rules it needs)."""
+    taken = {line.split(" ::= ")[0] for line in text.split("\n") if " ::= " in line}
+    prefix = "own"
+    while any(name.startswith(prefix) for name in taken):
+        prefix += "x"
+    extra = []
+    for i, (_, writer) in enumerate(own):  # written as it writes a const: '"' json.dumps '"', '"' escaped
+        literal = '"' + json.dumps(SENTINEL.format(i)).replace('"', '\\"') + '"'
+        expr, lines = writer(prefix + "".join("abcdefghij"[int(d)] for d in str(i)))
+        text = text.replace(literal, expr)
+        extra += lines
+    if json.dumps(SENTINEL.format(""))[1:-1] in text:
+        raise _bad("a rule was left out of the grammar (a bug); HINT: drop the bounds, pattern or format for now")
+    return "\n".join([text.rstrip("\n"), *extra]) + "\n"
+
+
+def _integer_rule(lo: int, hi: int):
+    return lambda name: (f"({rules.integer_gbnf(lo, hi)}) space", [])  # space: as its integer rule
+
+
+def _number_rule(dfa: regex_lang.DFA):
+    return lambda name: (f"{name} space", regex_lang.to_gbnf(dfa, name, json_string=False))
+
+
+def _string_rule(dfa: regex_lang.DFA):
+    return lambda name: (f'"\\"" {name} "\\"" space', regex_lang.to_gbnf(dfa, name))
 
 
 def _walk(node, ptr: str, walk: _Walk, depth: int) -> dict:
@@ -212,13 +247,11 @@ def _node(body: dict, ptr: str, walk: _Walk, depth: int) -> dict:
         return {"anyOf": [_node(alt, ptr, walk, depth) for alt in alternatives]}
     if body.get("type") == "array" and "items" not in body and "prefixItems" not in body:
         body = {**body, "items": True}  # else the converter drops minItems/maxItems
-    if body.get("type", "string") == "string" and rules.pattern_implied(body.get("format"), body.get("pattern")):
-        body = {k: v for k, v in body.items() if k != "pattern"}  # the format's grammar enforces it
     kind, allowed, where = _branch(body)
     for key in body:
         if key in rules.BOUNDS and key not in allowed:
-            raise _unsupported(key, ptr, f" {where}", 'HINT: use "type": "integer" if whole numbers will do '
-                               "(bounds are enforced only on integers), or remove it and check it yourself")
+            raise _unsupported(key, ptr, f" {where}", 'HINT: bounds are enforced beside "type": "number" or '
+                               '"integer"; or remove it and check it yourself')
         if key not in allowed:
             raise _unsupported(key, ptr, f" {where}" if key in SUPPORTED else "")
     out = dict(body)
@@ -278,13 +311,23 @@ def _node(body: dict, ptr: str, walk: _Walk, depth: int) -> dict:
             out = {"prefixItems": [sub([key, i], s) for i, s in enumerate(tuple_)]}
     elif kind == "range":
         try:
-            walk.ranges.append((out, *rules.integer_range(body)))
+            walk.own.append((out, _integer_rule(*rules.integer_range(body))))
         except ValueError as e:
             raise _bad(f"integer bounds {_at(ptr)}: {e}") from None
-    elif kind == "pattern":
-        problem = rules.pattern_problem(body["pattern"], MAX_LENGTH)
-        if problem:
-            raise _unsupported("pattern", ptr, f" {body['pattern']!r}: {problem}")
+    elif kind == "language":
+        try:
+            dfa = strings.language(body, MAX_LENGTH)
+        except rules.Refused as e:
+            raise _unsupported(e.args[0], ptr, f" {where}: {e.args[1]}") from None
+        if dfa is None:  # the format's own rule is exact
+            out = {k: v for k, v in body.items() if k in ("type", "format")}
+        else:
+            walk.own.append((out, _string_rule(dfa)))
+    elif kind == "number":
+        try:
+            walk.own.append((out, _number_rule(numbers.language(body))))
+        except rules.Refused as e:
+            raise _unsupported(e.args[0], ptr, f" {where}: {e.args[1]}") from None
     elif kind == "string":
         _bounds(out, "minLength", "maxLength", MAX_LENGTH, ptr)
     return out
@@ -307,14 +350,17 @@ def _branch(s: dict) -> tuple[str, set[str], str]:
         return "object", {"type", "properties", "required", "additionalProperties"}, "in an object schema"
     if t in (None, "array") and ("items" in s or "prefixItems" in s):
         return "array", {"type", "items", "prefixItems", "minItems", "maxItems"}, "in an array schema"
-    if t in (None, "string") and "pattern" in s:
-        return "pattern", {"type", "pattern"}, 'next to "pattern"'
-    if t in (None, "string") and s.get("format") in FORMATS:
+    if t in (None, "string") and strings.needs_language(s):
+        where = 'next to "pattern"' if "pattern" in s else 'next to "format"'
+        return "language", {"type", *strings.KEYWORDS}, where
+    if t in (None, "string") and s.get("format") in strings.CONVERTER_FORMATS:
         return "format", {"type", "format"}, 'next to "format"'
     if t == "string":
         return "string", {"type", "minLength", "maxLength"}, typed
     if t == "object":  # additionalProperties is true here: any object
         return "any-object", {"type", "additionalProperties"}, typed
+    if numbers.needs_language(s):
+        return "number", {"type", "multipleOf", *rules.BOUNDS}, typed
     if t == "integer" and any(k in s for k in rules.BOUNDS):
         return "range", {"type", *rules.BOUNDS}, typed
     return "primitive", {"type"}, typed

@@ -5,10 +5,8 @@ with type-specific keywords into one alternative per type (JSON Schema semantics
 applies only to instances of its type, so `{"type": [A, B], kw}` is `anyOf` of A with A's
 keywords and B with B's). `integer_range` reads minimum/maximum/exclusiveMinimum/
 exclusiveMaximum as an inclusive range of integers and `integer_gbnf` writes the exact GBNF for
-it (the converter has no rule for bounds). `pattern_implied` says when a "format" already
-implies the "pattern" beside it, from a small table checked in the tests against the
-converter's own format rules. `pattern_problem` says whether the converter translates a regex
-exactly.
+it (the converter has no rule for bounds); `Refused` is how the string and number languages
+(json_schema_string.py, json_schema_number.py) name a keyword they cannot enforce.
 What it is not: the fail-closed walk, its messages, or the converter (json_schema.py, and
 llama-cpp-python's llama_grammar); nothing here decides a request is valid on its own.
 
@@ -19,14 +17,13 @@ a's first digit followed by "at least a's rest", the digits strictly between fol
 digits, b's first digit followed by "at most b's rest" (the outer two folded into the middle
 when the rest is all 0s or all 9s).
 
-References: json-schema.org 2020-12 validation sections 6.1-6.4 and 7 (format); RFC 3339 and
-RFC 4122 for the format shapes; llama.cpp grammars/README.md (GBNF, {n} repetition).
+References: json-schema.org 2020-12 validation sections 6.1-6.4; llama.cpp grammars/README.md
+(GBNF, {n} repetition).
 """
 
 from __future__ import annotations
 
 import math
-import re
 
 MAX_DIGITS = 16  # the converter's integral-part: [0-9] | [1-9] and up to 15 more digits
 MAX_INT = 10 ** MAX_DIGITS - 1
@@ -47,24 +44,8 @@ TYPE_KEYWORDS["integer"] = TYPE_KEYWORDS["number"]
 NOT_SPLIT = ("$ref", "anyOf", "oneOf", "const", "enum")
 
 
-def _anchorings(full: list[str], prefix: list[str]) -> frozenset[str]:
-    """`full` regexes match every string of the format whole, `prefix` ones a start of it."""
-    return frozenset([f"^{x}$" for x in full] + [f"{x}$" for x in full] + [f"^{x}" for x in full + prefix]
-                     + full + prefix)
-
-
-_D4, _D2 = ("[0-9]{4}", r"\d{4}"), ("[0-9]{2}", r"\d{2}")
-_HEX = ("[0-9a-fA-F]", "[0-9A-Fa-f]")
-# Patterns each format's grammar implies (llama_grammar.STRING_FORMAT_RULES, PRIMITIVE_RULES["uuid"]):
-# date is 4 digits "-" 2 digits "-" 2 digits; time starts with 2 digits ":" 2 digits ":" 2 digits;
-# date-time is date "T" time; uuid is 8-4-4-4-12 hex digits of either case.
-IMPLIED_PATTERNS = {
-    "date": _anchorings([f"{y}-{m}-{m}" for y, m in zip(_D4, _D2)], []),
-    "time": _anchorings([], [f"{d}:{d}:{d}" for d in _D2]),
-    "date-time": _anchorings([], [f"{y}-{d}-{d}" + "T" + f"{d}:{d}:{d}" for y, d in zip(_D4, _D2)]
-                             + [f"{y}-{d}-{d}" for y, d in zip(_D4, _D2)]),
-    "uuid": _anchorings(["-".join(f"{h}{{{n}}}" for n in (8, 4, 4, 4, 12)) for h in _HEX], []),
-}
+class Refused(ValueError):
+    """A keyword the grammar cannot enforce here; args: (keyword, why)."""
 
 
 def split_types(body: dict) -> list[dict] | None:
@@ -157,61 +138,3 @@ def _digit(lo: int, hi: int) -> str:
 
 def _group(expr: str) -> str:
     return f"({expr})" if "|" in expr else expr
-
-
-def pattern_implied(fmt, pattern) -> bool:
-    """True when every string the converter's grammar for `fmt` writes matches `pattern`."""
-    return isinstance(pattern, str) and pattern in IMPLIED_PATTERNS.get(fmt, ())
-
-
-def pattern_problem(p: str, max_repeat: int) -> str | None:
-    """Why the converter cannot turn this regex exactly into JSON string content, or None. In:
-    ^...$ around literal characters, classes like [A-Z0-9_-], (groups), | inside a group, one
-    quantifier (* + ? {n} {n,} {n,m}) after each. Out: escapes, "." and [^...] (they would let '"'
-    or '\\' into the string), (?...)."""
-    if len(p) < 2 or p[0] != "^" or p[-1] != "$":
-        return "must be anchored as ^...$"
-    try:
-        re.compile(p)
-    except re.error as e:
-        return f"not a valid regular expression ({e})"
-    if any(0xD800 <= ord(c) <= 0xDFFF for c in p):
-        return "lone surrogates cannot be written to a grammar"
-    body, i, depth, atom = p[1:-1], 0, 0, False  # atom: a quantifier may follow
-    while i < len(body):
-        c = body[i]
-        if c == "\\":
-            return "backslash escapes are not supported (write [.] for \\., [0-9] for \\d)"
-        if c in '.^$"]}' or ord(c) < 0x20:
-            return f"{c!r} is not supported here"
-        if c == "(":
-            if body[i + 1:i + 2] == "?":
-                return "(?...) groups are not supported"
-            depth, atom = depth + 1, False
-        elif c == ")":
-            depth, atom = depth - 1, True
-        elif c == "|":
-            if depth == 0:
-                return "| outside a group is not supported (write ^(a|b)$)"
-            atom = False
-        elif c == "[":
-            j = body.find("]", i + 1)
-            chars = body[i + 1:j]
-            if not chars or chars[0] == "^" or "[" in chars:
-                return "only non-empty, non-negated character classes are supported"
-            for m in re.finditer(r"(.)-(.)|(.)", chars, re.S):
-                lo, hi = (m[1], m[2]) if m[1] else (m[3], m[3])
-                if ord(lo) < 0x20 or any(ord(lo) <= ord(q) <= ord(hi) for q in '"\\'):
-                    return f"the class [{chars}] admits '\"', '\\' or a control character"
-            i, atom = j, True
-        elif c in "*+?{":
-            m = re.match(r"\{(\d+)(,(\d*))?\}", body[i:]) if c == "{" else None
-            if not atom or (c == "{" and not m):
-                return f"{c!r} must quantify a character, class or group, once"
-            if m and max(int(m[1]), int(m[3] or 0)) > max_repeat:
-                return f"repetition counts above {max_repeat} are not supported"
-            i, atom = i + (m.end() - 1 if m else 0), False
-        else:
-            atom = True
-        i += 1
-    return None

@@ -33,9 +33,9 @@ from engine.catalog import CATALOG  # noqa: E402
 from engine.llama.model import Model  # noqa: E402
 from engine.store import ModelStore, no_progress  # noqa: E402
 
-# The browser tests' fixtures (ui_server, tab): a plugin, not a second conftest.py, so that
-# `from conftest import ...` in any test module always means this file.
-pytest_plugins = ["tests.ui.browser"]
+# The browser tests' fixtures (ui_server, tab) and the grammar tests' byte vocabulary (vocab): plugins,
+# not a second conftest.py, so that `from conftest import ...` in any test module always means this file.
+pytest_plugins = ["tests.ui.browser", "tests.grammar_vocab"]
 
 
 @pytest.fixture(scope="session")

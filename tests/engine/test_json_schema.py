@@ -4,104 +4,20 @@ tensors, written here), so "the grammar allows exactly this JSON" is tested, not
 No model, no threads; well under a second.
 """
 
-import ctypes
 import dataclasses
 import json
 import random
 import re
 
-import llama_cpp
 import pytest
-from gguf import GGUFWriter
 from llama_cpp.llama_grammar import PRIMITIVE_RULES, STRING_FORMAT_RULES, json_schema_to_gbnf
 
 from conftest import EVAL_DATA
-from engine.errors import InvalidRequest
 from engine.json_schema import PARAM, compile_response_format
-from engine.json_schema_rules import IMPLIED_PATTERNS, MAX_INT, integer_gbnf
-
-EOS = 2  # token ids: 0 <unk>, 1 <s>, 2 </s>, then 3 + byte
-
-
-@pytest.fixture(scope="module")
-def vocab(tmp_path_factory):
-    path = tmp_path_factory.mktemp("vocab") / "bytes.gguf"
-    w = GGUFWriter(str(path), "llama")
-    for key, value in [("block_count", 1), ("context_length", 64), ("embedding_length", 8),
-                       ("feed_forward_length", 8), ("attention.head_count", 1)]:
-        w.add_uint32(f"llama.{key}", value)
-    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
-    w.add_string("tokenizer.ggml.model", "llama")
-    w.add_array("tokenizer.ggml.tokens", tokens)
-    w.add_array("tokenizer.ggml.scores", [0.0] * len(tokens))
-    w.add_array("tokenizer.ggml.token_type", [2, 3, 3] + [6] * 256)  # unknown, control x2, byte
-    for key, value in [("bos", 1), ("eos", EOS), ("unknown", 0)]:
-        w.add_uint32(f"tokenizer.ggml.{key}_token_id", value)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-    assert model
-    yield llama_cpp.llama_model_get_vocab(model)
-    llama_cpp.llama_model_free(model)
-
-
-def allowed(sampler, token: int) -> bool:
-    """May `token` come next? The grammar judges each candidate on its own, so one is enough."""
-    data = (llama_cpp.llama_token_data * 1)(llama_cpp.llama_token_data(token, 0.0, 0.0))
-    llama_cpp.llama_sampler_apply(sampler, ctypes.byref(llama_cpp.llama_token_data_array(data, 1, -1, False)))
-    return data[0].logit != float("-inf")
-
-
-def accepts(vocab, grammar: str, text: str) -> bool:
-    """Does llama.cpp's grammar sampler let exactly `text`, then end of generation, through?"""
-    sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
-    assert sampler
-    try:
-        for byte in text.encode():
-            if not allowed(sampler, 3 + byte):
-                return False
-            llama_cpp.llama_sampler_accept(sampler, 3 + byte)
-        return allowed(sampler, EOS)
-    finally:
-        llama_cpp.llama_sampler_free(sampler)
-
-
-def language(vocab, grammar: str, alphabet: str, max_len: int) -> set[str]:
-    """Every string over `alphabet` of at most `max_len` characters the grammar accepts whole: a walk
-    of all such strings, each prefix the sampler refuses cut off with everything under it."""
-    found = set()
-
-    def visit(sampler, prefix):
-        if allowed(sampler, EOS):
-            found.add(prefix)
-        for c in alphabet if len(prefix) < max_len else "":
-            if allowed(sampler, 3 + ord(c)):
-                child = llama_cpp.llama_sampler_clone(sampler)
-                llama_cpp.llama_sampler_accept(child, 3 + ord(c))
-                visit(child, prefix + c)
-                llama_cpp.llama_sampler_free(child)
-
-    root = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
-    assert root
-    visit(root, "")
-    llama_cpp.llama_sampler_free(root)
-    return found
-
-
-def js(schema, **envelope):
-    return {"type": "json_schema", "json_schema": {"name": "work_order", "schema": schema, **envelope}}
-
-
-def refused(response_format) -> InvalidRequest:
-    with pytest.raises(InvalidRequest) as e:
-        compile_response_format(response_format)
-    return e.value
-
+from engine import regex_lang
+from engine.json_schema_rules import MAX_INT, integer_gbnf
+from engine.json_schema_string import FORMAT_REGEX
+from grammar_vocab import accepts, js, language, refused
 
 ORDER = {
     "type": "object",
@@ -179,11 +95,7 @@ DRAFT7 = "http://json-schema.org/draft-07/schema#"
 @pytest.mark.parametrize("schema, keyword, where", [
     ({"type": "object", "properties": {"tags": {"type": "array", "items": {}, "uniqueItems": True}}},
      "uniqueItems", "at /properties/tags"),
-    ({"type": "object", "properties": {"n": {"type": "number", "minimum": 1}}}, "minimum", "at /properties/n"),
-    ({"type": ["number", "null"], "exclusiveMinimum": 0}, "exclusiveMinimum", 'with "type": "number"'),
     ({"minimum": 0}, "minimum", 'without "type"'),
-    ({"type": "integer", "minimum": 0, "multipleOf": 2}, "multipleOf", "at the root"),
-    ({"type": "number", "exclusiveMaximum": 5}, "exclusiveMaximum", "at the root"),
     ({"type": "number", "multipleOf": 0.5}, "multipleOf", "at the root"),
     ({"allOf": [{"type": "object"}]}, "allOf", "at the root"),
     ({"not": {"type": "null"}}, "not", "at the root"),
@@ -193,17 +105,20 @@ DRAFT7 = "http://json-schema.org/draft-07/schema#"
     ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames", "at the root"),
     ({"type": "array", "items": {}, "contains": {"type": "null"}}, "contains", "at the root"),
     ({"type": "integer", "nullable": True}, "nullable", "at the root"),
-    ({"$defs": {"a": {"type": "string", "format": "email"}}, "$ref": "#/$defs/a"}, "format", "at /$defs/a"),
-    ({"type": "string", "pattern": "^[a-z]+$", "maxLength": 5}, "maxLength", 'next to "pattern"'),
-    ({"type": "string", "format": "date", "minLength": 10}, "minLength", 'next to "format"'),
+    ({"$defs": {"a": {"type": "string", "format": "hostname"}}, "$ref": "#/$defs/a"}, "format", "at /$defs/a"),
+    ({"type": "number", "multipleOf": 0.01}, "multipleOf", "floating point"),
+    ({"type": "integer", "multipleOf": 1001}, "multipleOf", "above 1000"),
+    ({"type": "number", "minimum": 0.30000000000000004}, "minimum", "significant digits"),
     ({"type": ["object", "null"], "properties": {"a": {}}, "minProperties": 1}, "minProperties", "at the root"),
     ({"properties": {"a": {"type": ["string", "null"], "minLength": 1, "not": {}}}}, "not", "at /properties/a"),
     ({"type": ["string", "null"], "minimum": 0}, "minimum", 'with "type": "string"'),  # no listed type takes it
     ({"type": ["array", "null"], "items": {}, "uniqueItems": True}, "uniqueItems", "at the root"),
+    # a pattern no string of the format matches
     ({"properties": {"d": {"type": ["string", "null"], "format": "date", "pattern": "^[0-9]{4}-[0-9]{2}$"}}},
-     "format", 'at /properties/d next to "pattern"'),  # a pattern the format does not imply
-    ({"type": "string", "format": "time", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}, "format", 'next to "pattern"'),
-    ({"type": "string", "format": "email", "pattern": "^[a-z]+$"}, "format", 'next to "pattern"'),
+     "pattern", 'at /properties/d next to "pattern": no string matches it together with format'),
+    ({"type": "string", "format": "time", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}, "pattern", "no string"),
+    ({"type": "string", "format": "email", "pattern": "^[a-z]+$"}, "pattern", "no string matches"),
+    ({"type": "string", "pattern": "^[a-z]+$", "maxLength": 0}, "maxLength", "no string matches"),
     ({"type": "string", "enum": ["a"], "minLength": 1}, "minLength", 'next to "enum"'),
     ({"type": "string", "const": 1}, "type", 'next to "const"'),
     ({"$ref": "#/$defs/a", "type": "object", "$defs": {"a": {}}}, "type", 'next to "$ref"'),
@@ -223,7 +138,7 @@ DRAFT7 = "http://json-schema.org/draft-07/schema#"
     ({"properties": {"a": {"const": "two\nlines"}}}, "const", "at /properties/a"),
     ({"const": {"say \"hi\"": 1}}, "const", "at the root"),
     ({"enum": ["\U0001F600"]}, "enum", "at the root"),
-    ({"type": "object", "properties": {"a/b": {"type": "string", "pattern": "^\\d+$"}}}, "pattern",
+    ({"type": "object", "properties": {"a/b": {"type": "string", "pattern": "^(?=a)"}}}, "pattern",
      "at /properties/a~1b"),
 ])
 def test_unsupported_keyword_is_named_with_its_path(schema, keyword, where):
@@ -262,23 +177,22 @@ def test_deep_nesting_is_refused_not_a_crash():
 
 
 @pytest.mark.parametrize("pattern, fragment", [
-    ("[a-z]+", "anchored"),
-    ("^\\d+$", "backslash"),
-    ("^[a-z]\\.[0-9]$", "backslash"),
-    ("^a.b$", "'.'"),
-    ("^[^a]+$", "non-negated"),
-    ("^(?:ab)+$", "(?...)"),
-    ("^a|b$", "outside a group"),
-    ("^a}$", "'}'"),
-    ("^[ -~]+$", "admits"),
-    ('^x"$', "'\"'"),
-    ("^a*?$", "once"),
+    ("^(a)\\1$", "backreferences"),
+    ("^a(?=b)", "lookaround"),
+    ("(?<!x)y", "lookaround"),
+    ("\\bword\\b", "\\b"),
+    ("(?i)^abc$", "flags"),
+    ("^(?i:a)b$", "flags"),
+    ("^(?>ab)$", "atomic"),
+    ("^a*+$", "possessive"),
     ("^a{2001}$", "above 2000"),
-    ("^a{$", "once"),
+    ("^a^b", "no string matches it"),
+    ("^\ud800$", "surrogates"),
+    ("^((a|b)*a(a|b){12})$", "too complex"),
 ])
-def test_patterns_outside_the_safe_subset_are_refused(pattern, fragment):
+def test_patterns_outside_regular_languages_are_refused(pattern, fragment):
     e = refused(js({"type": "string", "pattern": pattern}))
-    assert '"pattern"' in e.message and fragment in e.message, e.message
+    assert 'keyword "pattern"' in e.message and fragment in e.message, e.message
 
 
 @pytest.mark.parametrize("pattern, good, bad", [
@@ -286,9 +200,19 @@ def test_patterns_outside_the_safe_subset_are_refused(pattern, fragment):
     ("^(red|navy)( blue)?$", ["red", "navy blue"], ["blue", "red navy"]),
     ("^[a-z_][a-z0-9_-]*$", ["_x-1", "a"], ["1a", ""]),
     ("^café [0-9]?$", ["café 1", "café "], ["cafe 1"]),
+    ("^\\d{3}-\\d{4}$", ["555-1234", "٣٣٣-1234"], ["5551234", "555-12345"]),  # \\d: Unicode digits, as re
+    ("^[^@\\s]+@[^@\\s]+\\.[a-z]{2,}$", ["a.b@shop.tw", 'x"y@z.io'], ["a@b", "a b@c.io", "a@b@c.io"]),
+    ("^a.c$", ["abc", "a\"c", "a\\c", "a日c"], ["a\nc", "ac"]),  # "." is anything but a newline
+    ("ORD", ["ORD", "my ORD-7", "ORDER"], ["ord", ""]),  # unanchored: re.search finds it anywhere
+    ("^a|b$", ["ax", "xb", "a"], ["xa", "bx"]),  # a top-level | splits the anchors, as re reads it
+    ("^\\+?[0-9 ()-]{7,15}$", ["+886 2 1234-5678", "(02) 1234"], ["+886", "12a4567"]),
+    ("^x\"\\\\\n$", ['x"\\\n'], ["x"]),  # '"', '\\' and a newline, written as JSON escapes
+    ("^a{$", ["a{"], ["a"]),  # a { that starts no count is a literal, as re reads it
 ])
-def test_safe_patterns_are_enforced_exactly(vocab, pattern, good, bad):
+def test_patterns_are_enforced_exactly(vocab, pattern, good, bad):
     grammar = compile_response_format(js({"type": "string", "pattern": pattern})).grammar
+    for s in good + bad:
+        assert bool(re.search(pattern, s)) == (s in good), s  # the cases themselves say what re says
     for s in good:
         assert accepts(vocab, grammar, json.dumps(s, ensure_ascii=False)), s
     for s in bad:
@@ -382,9 +306,9 @@ def test_the_users_schema_is_left_untouched():
 
 # --- integer bounds: an exact GBNF range of our own ---------------------------------------------
 
-def test_bounds_on_numbers_say_to_use_integer():
-    e = refused(js({"type": "number", "minimum": 0}))
-    assert '"minimum"' in e.message and 'HINT: use "type": "integer"' in e.message, e.message
+def test_bounds_without_a_type_say_to_give_one():
+    e = refused(js({"minimum": 0}))
+    assert '"minimum"' in e.message and 'HINT: bounds are enforced beside "type": "number"' in e.message, e.message
 
 
 def test_integer_gbnf_against_brute_force():
@@ -514,22 +438,81 @@ def _generate(node, choose) -> str:
     return arg if kind == "lit" else _generate(_parse(_RULES[arg])[0], choose)
 
 
+def _regex(node) -> str:
+    """A tree of _parse as a Python regex (the rules use nothing a regex lacks)."""
+    kind, arg = node
+    if kind == "alt":
+        return "(" + "|".join(map(_regex, arg)) + ")"
+    if kind == "seq":
+        return "".join(map(_regex, arg))
+    if kind == "opt":
+        return f"({_regex(arg)})?"
+    if kind == "cls":
+        return "[" + "".join(map(re.escape, arg)) + "]"
+    return re.escape(arg) if kind == "lit" else _regex(_parse(_RULES[arg])[0])
+
+
 @pytest.mark.parametrize("fmt, rule", [("date", "date-string"), ("time", "time-string"),
                                        ("date-time", "date-time-string"), ("uuid", "uuid")])
-def test_each_implied_pattern_matches_every_string_of_its_format(vocab, fmt, rule):
-    """Strings drawn from the converter's own rule text (every first choice, every last, 3000 at
-    random) all match every pattern of the table; llama.cpp accepts a spread of them (the draw reads
-    the rule as llama.cpp does)."""
+def test_each_format_regex_is_the_converters_own_rule(vocab, fmt, rule):
+    """The same language both ways (automata), so a format is enforced alike whichever path takes
+    it; strings drawn from the converter's rule text (every first choice, every last, 3000 at
+    random) pass llama.cpp through both grammars (the converter's rule, and our automaton's)."""
     tree, rng = _parse(_RULES[rule])[0], random.Random(fmt)
+    theirs = regex_lang.search_dfa("^" + _regex(tree) + "$")
+    ours = regex_lang.search_dfa('^"' + FORMAT_REGEX[fmt][1:-1] + '" ?$')  # the JSON string and its space
+    assert regex_lang.contains(theirs, ours) and regex_lang.contains(ours, theirs)
     texts = {_generate(tree, lambda xs: xs[0]), _generate(tree, lambda xs: xs[-1])}
     texts |= {_generate(tree, rng.choice) for _ in range(3000)}
-    grammar = compile_response_format(js({"type": "string", "format": fmt})).grammar
+    format_only = compile_response_format(js({"type": "string", "format": fmt})).grammar
+    dfa = "\n".join(regex_lang.to_gbnf(regex_lang.search_dfa(FORMAT_REGEX[fmt]), "f"))
+    ours_gbnf = f'root ::= "\\"" f "\\"" space\nspace ::= " "?\n{dfa}\n'
     for text in sorted(texts)[::150]:
-        assert accepts(vocab, grammar, text), text
-    assert IMPLIED_PATTERNS[fmt]
-    for pattern in sorted(IMPLIED_PATTERNS[fmt]):
-        assert all(re.search(pattern, json.loads(t)) for t in texts), pattern
-        assert compile_response_format(js({"type": "string", "format": fmt, "pattern": pattern})).grammar == grammar
+        assert accepts(vocab, format_only, text) and accepts(vocab, ours_gbnf, text), text
+
+
+@pytest.mark.parametrize("fmt, pattern", [
+    ("date", "^\\d{4}-\\d{2}-\\d{2}$"), ("date", "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"), ("date", "[0-9]{4}-"),
+    ("date", "^(19|20)?[0-9]{2}"), ("date", "^.{10}$"), ("date", "-"),
+    ("time", "^\\d{2}:\\d{2}:\\d{2}"), ("time", "^([01]\\d|2[0-3]):"), ("date-time", "T"),
+    ("date-time", "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d+)?(Z|[+-]\\d{2}:\\d{2})$"),
+    ("uuid", "^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$"), ("uuid", "^[^g-z]+$"),
+])
+def test_a_pattern_every_string_of_the_format_matches_keeps_the_formats_rule(fmt, pattern):
+    """Decided on the languages (format inside pattern), never on the pattern's text."""
+    grammar = compile_response_format(js({"type": "string", "format": fmt})).grammar
+    assert compile_response_format(js({"type": "string", "format": fmt, "pattern": pattern})).grammar == grammar
+
+
+@pytest.mark.parametrize("schema, good, bad", [
+    # stricter than the format: the strings both accept
+    ({"format": "date", "pattern": "^20[0-9]{2}-[0-9]{2}-[0-9]{2}$"}, ["2026-01-16"], ["1999-01-16", "2026-13-01"]),
+    ({"format": "date", "pattern": "-(0[1-9]|1[0-2])-"}, ["2026-12-31"], ["2026-00-31"]),
+    ({"format": "time", "pattern": "Z$"}, ["12:00:00Z", "23:59:59.123Z"], ["12:00:00+08:00"]),
+    ({"format": "date-time", "pattern": "^[0-9-]+T[0-9:]+\\+08:00$"}, ["2026-01-16T09:30:00+08:00"],
+     ["2026-01-16T09:30:00Z", "2026-01-16T09:30:00.5+08:00"]),
+    ({"format": "uuid", "pattern": "^[0-9a-f-]+$"}, ["123e4567-e89b-12d3-a456-426614174000"],
+     ["123E4567-E89B-12D3-A456-426614174000"]),
+    # neither contains the other: the intersection
+    ({"format": "date", "pattern": "^[0-9]{4}-0[1-6]"}, ["2026-06-30"], ["2026-07-01", "2026-06-3"]),
+    # a format and a length
+    ({"format": "time", "maxLength": 9}, ["12:00:00Z"], ["12:00:00.000Z", "12:00:00+08:00"]),
+    # formats with no converter rule
+    ({"format": "email"}, ["order@shop.com.tw", "a.b+c@x-y.io"],
+     ["a@b", "a..b@c.io", ".a@b.io", "a@-b.io", "a b@c.io"]),
+    ({"format": "email", "pattern": "@shop\\.tw$"}, ["kim@shop.tw"], ["kim@shop.com"]),
+    ({"format": "ipv4"}, ["192.168.0.1", "0.0.0.0", "255.255.255.255"], ["256.1.1.1", "01.2.3.4", "1.2.3"]),
+    # a pattern and lengths
+    ({"pattern": "^[A-Z0-9]+$", "minLength": 2, "maxLength": 4}, ["AB", "A1B2"], ["A", "ABCDE", "ab"]),
+    ({"pattern": "^[a-z]*$", "minLength": 1}, ["a"], [""]),
+    ({"maxLength": 3, "pattern": "x"}, ["x", "axb"], ["ab", "axbc"]),
+])
+def test_string_keywords_together_enforce_the_strings_all_accept(vocab, schema, good, bad):
+    c = compile_response_format(js({"type": "string", **schema}))
+    for s in good:
+        assert accepts(vocab, c.grammar, json.dumps(s)) and c.validate(json.dumps(s)) == [], s
+    for s in bad:
+        assert not accepts(vocab, c.grammar, json.dumps(s)), s
 
 
 # --- the product's own schema -------------------------------------------------------------------

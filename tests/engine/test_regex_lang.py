@@ -1,0 +1,102 @@
+"""regex_lang against Python's own re: for many patterns, every string of a small alphabet up to
+a few characters (and random longer ones) is in the automaton exactly when re.search finds a
+match, but for the one narrowing said in the module ($ before a final newline); intersection and
+inclusion against the same brute force; refusals for what no such automaton follows."""
+
+import itertools
+import random
+import re
+
+import pytest
+
+from engine import regex_lang
+
+ALPHABET = "ab c@.-0_\n٣É\""
+PATTERNS = [
+    "^[A-Z]{2}-[0-9]{4}$", "^(red|navy)( blue)?$", "ab", "^a", "b$", "^\\d{3}$", "^[^@ ]+@[^@ ]+\\.[a-z]{2,}$",
+    "^(a|b)*c$", "x*", "^$", "a^b", "^(ab|a)(bc|c)?$", "\\d+(\\.\\d{1,2})?$", "^.{2,4}$", "[^a]", "^\\w+$",
+    "^\\s*$", "^(?:a|b)+?$", "^a{2,}$", "^(a|)b$", "\\Aa\\Z", "^[\\w.-]+$", "[^\\W\\d]", "^a|b$|^c$", "(^a|b)c",
+    "^\\S\\D\\W$", "é", "(?:^|-)0", "^[\\s\\S]$", "^a{0}b$", "^(a{1,2}){2}$", "^\"$", "^[-a]$",
+]
+
+
+def matches(dfa, s: str) -> bool:
+    state = 0
+    for ch in s:
+        state = next((t for cs, t in dfa.trans[state] if any(lo <= ord(ch) <= hi for lo, hi in cs)), None)
+        if state is None:
+            return False
+    return state in dfa.accept
+
+
+def strings(rng: random.Random):
+    for n in range(4):
+        yield from map("".join, itertools.product(ALPHABET, repeat=n))
+    for _ in range(2000):
+        yield "".join(rng.choice(ALPHABET) for _ in range(rng.randint(4, 9)))
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_the_automaton_is_re_search(pattern):
+    dfa, rng = regex_lang.search_dfa(pattern), random.Random(pattern)
+    for s in strings(rng):
+        found = re.search(pattern, s) is not None
+        if matches(dfa, s) != found:
+            # the narrowing: $ matches only at the very end, not before a final newline
+            assert found and s.endswith("\n") and not re.search(pattern.replace("$", "\\Z"), s), (pattern, s)
+
+
+@pytest.mark.parametrize("a, b", [("^[a-c]+$", "^[b-d]+$"), ("a", "b"), ("^\\d+$", "^[0-9]{2}$"),
+                                  ("^.{1,3}$", "@"), ("^(ab)*$", "^a(ba)*b$")])
+def test_intersection_and_inclusion(a, b):
+    da, db = regex_lang.search_dfa(a), regex_lang.search_dfa(b)
+    both = regex_lang.intersect(da, db)
+    seen_a = seen_b = set()
+    rng = random.Random(a + b)
+    for s in strings(rng):
+        in_a, in_b = matches(da, s), matches(db, s)
+        assert matches(both, s) == (in_a and in_b), s
+        if in_a:
+            seen_a = seen_a | {s}
+        if in_b:
+            seen_b = seen_b | {s}
+    # inclusion can only be refuted by a string; the automaton's answer must not contradict one
+    assert not regex_lang.contains(db, da) or seen_a <= seen_b
+    assert not regex_lang.contains(da, db) or seen_b <= seen_a
+
+
+def test_inclusion_decided_on_languages():
+    d = regex_lang.search_dfa
+    assert regex_lang.contains(d("^\\d{4}$"), d("^[0-9]{4}$"))  # \d is wider: every ASCII digit string is in
+    assert not regex_lang.contains(d("^[0-9]{4}$"), d("^\\d{4}$"))  # ... but not the other way (Unicode digits)
+    assert regex_lang.contains(d("-"), d("^[0-9]{4}-[0-9]{2}$"))
+    assert regex_lang.contains(d("^(ab)*$"), d("^(abab)*$")) and not regex_lang.contains(d("^(abab)*$"), d("^(ab)*$"))
+    assert regex_lang.is_empty(regex_lang.intersect(d("^a+$"), d("^b+$")))
+    assert regex_lang.is_empty(d("a^b")) and not regex_lang.is_empty(d("^$"))
+
+
+def test_lengths():
+    for lo, hi in ((0, 0), (2, 5), (3, None)):
+        dfa = regex_lang.length_dfa(lo, hi)
+        for n in range(8):
+            assert matches(dfa, "é" * n) == (lo <= n and (hi is None or n <= hi))
+
+
+def test_minimal_and_small():
+    """Minimised: an alternation of equal branches is as small as one branch."""
+    one, many = regex_lang.search_dfa("^[0-9]{6}$"), regex_lang.search_dfa("^([0-9]{6}|[0-4][0-9]{5}|[5-9][0-9]{5})$")
+    assert one.size == many.size == 7
+
+
+@pytest.mark.parametrize("pattern, fragment", [
+    ("(a)\\1", "backreferences"), ("(?=a)", "lookaround"), ("\\bx", "\\b"), ("(?i)a", "flags"),
+    ("a{3000}", "above 2000"), ("(?>a)", "atomic"), ("a++", "possessive"), ("(a)?(?(1)b|c)", "conditional"),
+])
+def test_refusals(pattern, fragment):
+    with pytest.raises(regex_lang.Unsupported, match=re.escape(fragment)):
+        regex_lang.search_dfa(pattern)
+
+
+def test_too_complex_is_refused():
+    with pytest.raises(regex_lang.TooComplex):
+        regex_lang.search_dfa("(a|b)*a(a|b){13}$")  # the minimal DFA has 2^14 states
