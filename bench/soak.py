@@ -206,6 +206,8 @@ def soak(a, store: ModelStore, home: Path) -> dict:
         try:
             again.wait_ready(timeout=600, measured=False)
             report["records"]["after_restart"] = stored(again.base, clients)
+        except (RuntimeError, TimeoutError, httpx.HTTPError) as e:  # said, not hidden: the count before stands
+            report["restart_error"] = str(e)[-2000:]
         finally:
             again.stop()
     return report
@@ -236,6 +238,8 @@ def summary(r: dict) -> str:
     for mode, s in ((r.get("speculation") or {}).get("per_mode") or {}).items():
         lines.append(f"speculation {mode}: {s['verifies']:.0f} verifies, {s['drafted']:.0f} drafted, "
                      f"{s['accepted']:.0f} accepted (rate {s['accept_rate']}, tau {s['tau']})")
+    if r.get("restart_error"):
+        lines.append(f"the restart for the second count failed: {r['restart_error'][-300:]}")
     lines.append(f"lost records: {lost(r)}; {r['note']}")
     return "\n".join(lines)
 
