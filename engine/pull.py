@@ -69,12 +69,12 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
         _verify_download(paths[d.file], d, downloads, progress)
     if not have_target:
         src = paths[t.file]
-        try:
-            m = store.install(entry.name, lambda dst: os.replace(src, dst), t.file, f"catalog:{entry.name}",
-                              expect_sha=t.sha256, progress=progress, options=entry.options())
-        except DownloadError:
-            hub.discard(downloads, t)  # a wrong file is not worth resuming
-            raise
+        # Hashed where it was downloaded, then moved into the store without a second hash: a pull killed
+        # while hashing a big file keeps the download (the next pull only hashes it again), where a hash
+        # after the move would leave it in a staging folder and the next pull would fetch it all again.
+        _verify_download(src, t, downloads, progress)
+        m = store.install(entry.name, lambda dst: os.replace(src, dst), t.file, f"catalog:{entry.name}",
+                          expect_sha=t.sha256, progress=progress, options=entry.options(), hashed=True)
     else:
         m = have
     if d is not None and not have_draft:

@@ -6,8 +6,9 @@ conventions (platformdirs: ~/.local/share/flashdesk, ~/Library/Application
 Support/flashdesk, %LOCALAPPDATA%\\flashdesk) unless FLASHDESK_HOME is set.
 A model appears in the store only after it is complete and verified: files are
 written under a temporary name and renamed into place, so a killed pull or import
-leaves nothing half-installed. A draft is paired beside its model (`draft.gguf`), never
-installed as a model. Fetching a catalog entry's files: engine/pull.py (Hub: hub.py).
+leaves nothing half-installed (and the next install removes what it left, see
+STAGING_LOCK). A draft is paired beside its model (`draft.gguf`), never installed as a
+model. Fetching a catalog entry's files: engine/pull.py (Hub: hub.py).
 """
 
 from __future__ import annotations
@@ -265,12 +266,19 @@ class ModelStore:
 
     def install(self, name: str, write: Callable[[Path], None], filename: str, source: str, *,
                  expect_sha: str | None = None, progress: ProgressFactory = tqdm_progress,
-                 options: dict | None = None) -> InstalledModel:
+                 options: dict | None = None, hashed: bool = False) -> InstalledModel:
+        """`write(dst)` puts the file at dst; it is hashed there unless `hashed` (a rename of a download the
+        caller already hashed to `expect_sha`: a kill during a second hash would lose the whole download)."""
+        if hashed and not expect_sha:
+            raise ValueError("hashed=True needs expect_sha")
         self.models_dir.mkdir(parents=True, exist_ok=True)
+        _sweep_staging(self.models_dir)
         staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=self.models_dir))
+        lock = None
         try:
+            lock = _hold_lock(staging / STAGING_LOCK)
             write(staging / filename)
-            digest = _sha256(staging / filename, progress, "verify model")
+            digest = expect_sha if hashed else _sha256(staging / filename, progress, "verify model")
             if expect_sha and digest != expect_sha:
                 raise DownloadError(f"{filename} does not have the expected sha256; not installed.")
             summary = _check(staging / filename)
@@ -280,10 +288,62 @@ class ModelStore:
             final = self.models_dir / name
             if final.exists():  # a stale or corrupt copy of the same name: replace it
                 shutil.rmtree(final)
+            lock.close()  # first: Windows renames no folder with an open file in it
+            (staging / STAGING_LOCK).unlink()
             os.replace(staging, final)
         finally:
+            if lock is not None:
+                lock.close()
             shutil.rmtree(staging, ignore_errors=True)
         return self.get(name)
+
+
+# An install writes into a hidden staging folder `.<name>-<random>` beside the models and holds an OS lock
+# on its STAGING_LOCK file while it works. The OS drops the lock when the process ends, however it ends, so
+# a later install can tell the folder of a killed job (removed: it may hold gigabytes) from a running one's.
+STAGING_LOCK = ".install.lock"
+
+
+def _hold_lock(path: Path):
+    """The open lock file, locked; closing it (or the process ending) unlocks it."""
+    f = open(path, "a+b")
+    if not _try_lock(f):  # a new random folder: nobody else has it
+        f.close()
+        raise OSError(f"cannot lock {path}")
+    return f
+
+
+def _try_lock(f) -> bool:
+    try:
+        if os.name == "nt":
+            import msvcrt
+
+            f.seek(0)
+            msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)
+        else:
+            import fcntl
+
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+
+
+def _sweep_staging(models_dir: Path) -> None:
+    """Remove the staging folders of installs that were killed: those whose lock no process holds.
+    A folder without a lock file is left alone: its install may have just created it (or it predates
+    the lock), and a listing never shows a folder without a manifest anyway."""
+    for folder in models_dir.glob(".*-*"):
+        lock_path = folder / STAGING_LOCK
+        if not folder.is_dir() or not lock_path.is_file():
+            continue
+        try:
+            with open(lock_path, "a+b") as f:
+                if not _try_lock(f):
+                    continue  # an install in progress (this process or another)
+        except OSError:
+            continue
+        shutil.rmtree(folder, ignore_errors=True)  # after closing: Windows deletes no open file
 
 
 DRAFT_ARCH = "dflash"  # general.architecture of DFlash drafts (v1 and 2)

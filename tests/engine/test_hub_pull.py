@@ -209,7 +209,7 @@ def test_a_file_that_does_not_hash_to_its_pin_is_not_installed(hub_env, files, t
     home = tmp_path / "home"
     catalog_entry(home, "tiny", target_pin(hub_env, files, sha256="1" * 64))
     monkeypatch.setattr(hub, "check_pin", lambda f, token=None: None)
-    with pytest.raises(DownloadError, match="expected sha256; not installed"):
+    with pytest.raises(DownloadError, match="not have the pinned sha256; it was deleted and nothing was installed"):
         ModelStore(home).pull("tiny", progress=no_progress)
     assert installed(home) == []
     assert not list((home / "downloads").rglob("*.gguf")) if (home / "downloads").exists() else True
