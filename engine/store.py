@@ -288,7 +288,8 @@ class ModelStore:
             final = self.models_dir / name
             if final.exists():  # a stale or corrupt copy of the same name: replace it
                 shutil.rmtree(final)
-            lock.close()  # first: Windows renames no folder with an open file in it
+            lock.truncate(0)  # emptied while still locked, so no sweep takes the folder from here on
+            lock.close()  # then closed: Windows renames no folder with an open file in it
             (staging / STAGING_LOCK).unlink()
             os.replace(staging, final)
         finally:
@@ -310,6 +311,10 @@ def _hold_lock(path: Path):
     if not _try_lock(f):  # a new random folder: nobody else has it
         f.close()
         raise OSError(f"cannot lock {path}")
+    # Written only once locked: a sweep leaves an empty lock file alone, so it never takes the folder of
+    # an install that has opened its lock file but not yet locked it.
+    f.write(f"{os.getpid()}\n".encode())
+    f.flush()
     return f
 
 
@@ -331,11 +336,11 @@ def _try_lock(f) -> bool:
 
 def _sweep_staging(models_dir: Path) -> None:
     """Remove the staging folders of installs that were killed: those whose lock no process holds.
-    A folder without a lock file is left alone: its install may have just created it (or it predates
-    the lock), and a listing never shows a folder without a manifest anyway."""
+    A folder without a (written) lock file is left alone: its install may have just created it (or it
+    predates the lock), and a listing never shows a folder without a manifest anyway."""
     for folder in models_dir.glob(".*-*"):
         lock_path = folder / STAGING_LOCK
-        if not folder.is_dir() or not lock_path.is_file():
+        if not folder.is_dir() or not lock_path.is_file() or lock_path.stat().st_size == 0:
             continue
         try:
             with open(lock_path, "a+b") as f:
