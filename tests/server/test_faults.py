@@ -181,7 +181,7 @@ def small_disk_mountable() -> bool:
 def run_on_a_full_disk(kind: str, tmp_path: Path) -> tuple[str, list[list], subprocess.CompletedProcess]:
     """Run FULL_CHILD with its store on a disk that fills up. Best: a real tmpfs of DISK bytes, so
     write() fails with ENOSPC exactly as on a full disk and SQLite answers SQLITE_FULL through its
-    real write path (WAL frames, commit, checkpoint), and freeing space is deleting a file. Where
+    real write path (WAL frames at commit), and freeing space is deleting a file. Where
     that cannot be mounted: RLIMIT_FSIZE with SIGXFSZ ignored, so write() past DISK bytes of one
     file fails with EFBIG (SQLite: SQLITE_IOERR_WRITE); it is per file, not per disk, and SQLite
     maps only ENOSPC to SQLITE_FULL, which is why the tmpfs comes first. SQLite's own
