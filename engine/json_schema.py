@@ -32,9 +32,8 @@ bounded one is never "-0"; a bounded number has no exponent, at most 15 digits a
 multiple is written as an integer; a pattern's "$" matches only at the very end, and characters
 come raw but for '"', '\\' and controls, written as json.dumps writes them. `{}` is any value.
 "strict" is checked (bool or null) and changes nothing: output is always constrained, optional
-properties stay optional (OpenAI's strict mode would refuse them). Partial: date/time/date-time
-are RFC 3339 shapes, not calendars (2024-02-31 passes the grammar; validate() reports what
-jsonschema can check).
+properties stay optional (OpenAI's strict mode would refuse them). date (alone and in
+date-time) is a calendar date; time is RFC 3339's shape (hours 00-23, no leap second).
 
 Converter bugs worked around: $ref rules are named by the pointer's last segment and a taken name
 (a property's rule, "string") is silently reused -> refs renamed uniquely; a root $ref hides the

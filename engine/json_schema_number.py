@@ -80,7 +80,7 @@ def _multiple(m) -> int:
         raise rules.Refused("multipleOf", "must be a positive number")
     if m != int(m):
         raise rules.Refused("multipleOf", f"{m} is not an integer: jsonschema checks it in floating point "
-                      "(0.07 is not a multiple of 0.01 there); HINT: use an integer count of the smallest unit")
+                            "(0.07 is not a multiple of 0.01 there), so count the smallest unit (cents) in an integer")
     if m > MAX_MULTIPLE:
         raise rules.Refused("multipleOf", f"above {MAX_MULTIPLE} (the grammar grows with it)")
     return int(m)

@@ -9,10 +9,13 @@ is the intersection of every keyword's, and when that equals a format's own lang
 converter's format rule is used as is.
 What it is not: the fail-closed walk (json_schema.py) nor the regex automata (regex_lang.py).
 
-Formats as regexes, exact: date, time, date-time and uuid are the languages of the converter's
-own rules (llama_grammar.STRING_FORMAT_RULES, PRIMITIVE_RULES["uuid"]; tests check both ways
-with the automata), so a format is enforced identically whichever path takes it. email and
-ipv4 have no converter rule; ours are narrower than the standards (email: RFC 5321 dot-atom
+Formats as regexes: time and uuid are the languages of the converter's own rules
+(llama_grammar.STRING_FORMAT_RULES, PRIMITIVE_RULES["uuid"]; tests check both ways with the
+automata), so they are enforced identically whichever path takes them. date is a calendar date
+(years 0001-9999, 30-day months, February's 29th in leap years only), what jsonschema's format
+check and Python's date accept; the converter's rule allows 2026-02-31, so date and date-time
+are always ours (date-time's time part as the converter's). email and ipv4 have no converter
+rule; ours are narrower than the standards (email: RFC 5321 dot-atom
 local part and letter-digit-hyphen domain labels, at least two labels, no quoted forms or
 address literals, no length limits; ipv4: RFC 2673's dotted-quad, no leading zeros, as Python's
 ipaddress and jsonschema's checker read it), so every string written is valid.
@@ -23,7 +26,10 @@ from __future__ import annotations
 from engine import json_schema_rules as rules
 from engine import regex_lang
 
-_DATE = "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+_YEAR = "([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"  # 0001-9999, as Python's date
+_LEAP = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)"  # 0000 is no year
+_DATE = (f"({_YEAR}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)"
+         f"|02-(0[1-9]|1[0-9]|2[0-8]))|{_LEAP}-02-29)")
 _TIME = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{3})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
 _ATOM = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _LABEL = "[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
@@ -36,7 +42,7 @@ FORMAT_REGEX = {  # whole-string regexes
     "email": f"^{_ATOM}([.]{_ATOM})*@{_LABEL}([.]{_LABEL})+$",
     "ipv4": f"^{_OCTET}([.]{_OCTET}){{3}}$",
 }
-CONVERTER_FORMATS = {"date", "time", "date-time", "uuid"}  # the converter writes these exactly itself
+CONVERTER_FORMATS = {"time", "uuid"}  # the converter writes these exactly itself
 KEYWORDS = ("pattern", "format", "minLength", "maxLength")
 
 

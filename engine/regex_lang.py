@@ -10,8 +10,8 @@ What it is not: JSON Schema (json_schema_string.py decides what a string node me
 engine for matching text.
 
 Exact or refused: the regex is read by Python's own parser (re._parser, the one `re.search` uses),
-so classes, escapes, \\d \\w \\s (their Unicode sets, computed from str.isdecimal/isalnum/isspace
-as sre does) and repeats mean what they mean to jsonschema. Backreferences, lookaround, \\b,
+so classes, escapes, \\d \\w \\s (their Unicode sets, found by re itself) and repeats mean what
+they mean to jsonschema. Backreferences, lookaround, \\b,
 atomic groups, possessive repeats and flags change the language in ways an automaton of this kind
 does not follow: refused (Unsupported). One deliberate narrowing: `$` matches only at the end
 (Python's also matches before a final newline), so the language is a subset of Python's, and
@@ -72,20 +72,17 @@ def negate(cs: Charset) -> Charset:
 
 
 @functools.cache
+def _every_character() -> str:
+    return "".join(map(chr, range(MAX_CODE + 1)))
+
+
+@functools.cache
 def _category(name: str) -> Charset:
-    """The code points sre's Unicode category matches (sre: Py_UNICODE_ISDECIMAL / ISSPACE /
-    ISALNUM or "_"); computed once per process."""
-    test = {"DIGIT": str.isdecimal, "SPACE": str.isspace, "WORD": lambda c: c.isalnum() or c == "_"}
-    positive = name.replace("NOT_", "")
-    pairs, start = [], None
-    for code in range(MAX_CODE + 2):
-        inside = code <= MAX_CODE and test[positive](chr(code))
-        if inside and start is None:
-            start = code
-        elif not inside and start is not None:
-            pairs.append((start, code - 1))
-            start = None
-    return negate(tuple(pairs)) if "NOT_" in name else tuple(pairs)
+    """The code points one of sre's classes (\\d \\D \\s \\S \\w \\W) matches: found by re itself
+    over every code point, so the set is what jsonschema's re.search uses; once per process."""
+    regex = {"DIGIT": r"\d+", "NOT_DIGIT": r"\D+", "SPACE": r"\s+", "NOT_SPACE": r"\S+",
+             "WORD": r"\w+", "NOT_WORD": r"\W+"}[name]
+    return tuple((m.start(), m.end() - 1) for m in re.finditer(regex, _every_character()))
 
 
 @dataclass(frozen=True)
@@ -357,14 +354,17 @@ def minimal(trans: list, accept: set) -> DFA:
     rows = [[(cs, index[t]) for cs, t in trans[s] if t in live] for s in order]
     finals = {index[s] for s in accept if s in live}
     block = _hopcroft(rows, finals)
-    number: dict[int, int] = {}
-    for s in range(len(rows)):  # blocks numbered in state order: the start's block is 0
-        number.setdefault(block[s], len(number))
-    out: list = [None] * len(number)
+    edges: dict[int, list] = {}  # block -> its edges to blocks
     for s, row in enumerate(rows):
-        if out[number[block[s]]] is None:
-            out[number[block[s]]] = tuple(_grouped((cs, number[block[t]]) for cs, t in row))
-    return DFA(tuple(out), frozenset(number[block[s]] for s in finals))
+        edges.setdefault(block[s], _grouped((cs, block[t]) for cs, t in row))
+    number, order = {block[0]: 0}, [block[0]]  # breadth first from the start, edges in character order:
+    for b in order:  # equal languages get equal automata, so equal grammars
+        for _, t in sorted(edges[b]):
+            if t not in number:
+                number[t] = len(order)
+                order.append(t)
+    out = tuple(tuple(sorted((cs, number[t]) for cs, t in edges[b])) for b in order)
+    return DFA(out, frozenset(number[block[s]] for s in finals))
 
 
 def _hopcroft(rows: list, accept: set) -> list[int]:

@@ -93,3 +93,51 @@ def refused(response_format) -> InvalidRequest:
     with pytest.raises(InvalidRequest) as e:
         compile_response_format(response_format)
     return e.value
+
+
+MULTIBYTE = [c.encode() for c in "é日訂單😀"]  # whole characters: a lone byte of one is no text
+
+
+def walk(vocab, grammar: str, rng, max_bytes: int = 3000) -> str | None:
+    """One random text the grammar allows whole: each step picks among the ASCII bytes it lets
+    through and a few whole multi-byte characters whose bytes it lets through (closing quotes and
+    brackets weighted up so texts end), and stops at the end of generation when that is allowed
+    (or with some chance before a longer text). None past max_bytes."""
+    sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+    assert sampler
+    out = bytearray()
+    weight = {**{ord(c): 20 for c in '"]}'}, **{ord(c): 3 for c in "0123456789,"}}
+    try:
+        while len(out) <= max_bytes:
+            ok = _allowed_all(sampler)
+            if EOS in ok and (len(ok) == 1 or rng.random() < 0.5):
+                return out.decode("utf-8")
+            options = [bytes([t - 3]) for t in ok if 3 <= t < 3 + 128]
+            options += [c for c in MULTIBYTE if _allows_bytes(sampler, c)]
+            assert options, "the grammar allows no character and no end: a dead end"
+            piece = rng.choices(options, [weight.get(o[0], 1) for o in options])[0]
+            for b in piece:
+                llama_cpp.llama_sampler_accept(sampler, 3 + b)
+            out += piece
+        return None
+    finally:
+        llama_cpp.llama_sampler_free(sampler)
+
+
+def _allowed_all(sampler) -> set[int]:
+    data = (llama_cpp.llama_token_data * 257)(*[llama_cpp.llama_token_data(t, 0.0, 0.0)
+                                               for t in [EOS] + [3 + b for b in range(256)]])
+    llama_cpp.llama_sampler_apply(sampler, ctypes.byref(llama_cpp.llama_token_data_array(data, 257, -1, False)))
+    return {d.id for d in data if d.logit != float("-inf")}
+
+
+def _allows_bytes(sampler, piece: bytes) -> bool:
+    probe = llama_cpp.llama_sampler_clone(sampler)
+    try:
+        for b in piece:
+            if not allowed(probe, 3 + b):
+                return False
+            llama_cpp.llama_sampler_accept(probe, 3 + b)
+        return True
+    finally:
+        llama_cpp.llama_sampler_free(probe)

@@ -9,6 +9,7 @@ import json
 import random
 import re
 
+import jsonschema
 import pytest
 from llama_cpp.llama_grammar import PRIMITIVE_RULES, STRING_FORMAT_RULES, json_schema_to_gbnf
 
@@ -452,8 +453,7 @@ def _regex(node) -> str:
     return re.escape(arg) if kind == "lit" else _regex(_parse(_RULES[arg])[0])
 
 
-@pytest.mark.parametrize("fmt, rule", [("date", "date-string"), ("time", "time-string"),
-                                       ("date-time", "date-time-string"), ("uuid", "uuid")])
+@pytest.mark.parametrize("fmt, rule", [("time", "time-string"), ("uuid", "uuid")])
 def test_each_format_regex_is_the_converters_own_rule(vocab, fmt, rule):
     """The same language both ways (automata), so a format is enforced alike whichever path takes
     it; strings drawn from the converter's rule text (every first choice, every last, 3000 at
@@ -469,6 +469,34 @@ def test_each_format_regex_is_the_converters_own_rule(vocab, fmt, rule):
     ours_gbnf = f'root ::= "\\"" f "\\"" space\nspace ::= " "?\n{dfa}\n'
     for text in sorted(texts)[::150]:
         assert accepts(vocab, format_only, text) and accepts(vocab, ours_gbnf, text), text
+
+
+def test_dates_are_calendar_dates(vocab):
+    """Inside the converter's date rule, and exactly what jsonschema's date check (Python's date)
+    accepts, over every month and day spelling of years around each leap-year rule."""
+    theirs = regex_lang.search_dfa("^" + _regex(_parse(_RULES["date"])[0]) + "$")
+    ours = regex_lang.search_dfa(FORMAT_REGEX["date"])
+    assert regex_lang.contains(theirs, ours) and not regex_lang.contains(ours, theirs)
+    checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    years = [*range(0, 12), *range(1896, 1905), *range(1999, 2002), *range(2096, 2105), *range(2399, 2402), 9999]
+    for y in years:
+        for m in range(0, 14):
+            for d in range(0, 33):
+                text = f"{y:04d}-{m:02d}-{d:02d}"
+                assert _matches(ours, text) == checker.conforms(text, "date"), text
+    grammar = compile_response_format(js({"type": "string", "format": "date-time"})).grammar
+    assert accepts(vocab, grammar, '"2024-02-29T12:00:00Z"') and not accepts(vocab, grammar, '"2026-02-29T12:00:00Z"')
+    grammar = compile_response_format(js({"type": "string", "format": "date"})).grammar
+    assert accepts(vocab, grammar, '"2026-12-31"') and not accepts(vocab, grammar, '"2026-11-31"')
+
+
+def _matches(dfa, s: str) -> bool:
+    state = 0
+    for ch in s:
+        state = next((t for cs, t in dfa.trans[state] if any(lo <= ord(ch) <= hi for lo, hi in cs)), None)
+        if state is None:
+            return False
+    return state in dfa.accept
 
 
 @pytest.mark.parametrize("fmt, pattern", [
