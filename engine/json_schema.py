@@ -46,7 +46,7 @@ enforced by our rule. A property "" takes the root rule, "*" repeats; an empty e
 rule; minItems > maxItems emits minItems items; patterns with a top-level |, escapes, ".", [^...],
 (?...) or a stray } translate wrongly, fail to parse or hang -> patterns never reach it. It
 ignores minimum/maximum and takes no raw GBNF -> a node with a rule of ours (a bounded integer or
-number, a string language) goes in as a const SENTINEL whose literal is then replaced by our rule.
+number, a string language) goes in as a placeholder const, then replaced (json_schema_splice.py).
 
 References: OpenAI structured outputs guide; json-schema.org 2020-12; llama.cpp grammars/README.md.
 """
@@ -63,8 +63,8 @@ from jsonschema import validators
 
 from engine import json_schema_number as numbers
 from engine import json_schema_rules as rules
+from engine import json_schema_splice as splice
 from engine import json_schema_string as strings
-from engine import regex_lang
 from engine.errors import InvalidRequest
 from engine.llama.grammar import gbnf_parses, llama_grammar
 
@@ -86,7 +86,6 @@ HINT = "HINT: remove it, or check it in your own code after the response"
 SUPPORTED = {"$ref", "oneOf", "anyOf", "type", "const", "enum", "properties", "required", "additionalProperties",
              "items", "prefixItems", "minItems", "maxItems", "pattern", "format", "minLength", "maxLength",
              "multipleOf", *rules.BOUNDS}
-SENTINEL = "\x01flashdesk-rule-{}"  # a const holding the place of a rule of ours; _literal_ok keeps \x01 from users
 # The converter's string character, and the same without raw control characters and \\u surrogates.
 _CHAR = "char ::= " + llama_grammar.PRIMITIVE_RULES["char"].content
 _CHAR_FIXED = (r'char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CefEF] [0-9a-fA-F] | [dD] [0-7]) '
@@ -161,7 +160,7 @@ def compile_response_format(response_format: dict | None) -> Constraint | None:
 class _Walk:
     nodes: dict = field(default_factory=dict)  # JSON pointer -> normalised node (for $ref targets)
     refs: list = field(default_factory=list)  # (normalised node holding "$ref", its pointer)
-    own: list = field(default_factory=list)  # (normalised node, writer): rules of ours, see _own_rules
+    own: list = field(default_factory=list)  # (normalised node, writer): rules of ours (json_schema_splice)
     names: set = field(default_factory=set)  # every property name: $ref rule names must differ
 
 
@@ -182,45 +181,18 @@ def _to_grammar(schema: dict) -> str:
         node["$ref"] = f"#/$defs/{name}"
     for i, (node, _) in enumerate(walk.own):  # the converter has no such rule: a const holds the place
         node.clear()
-        node["const"] = SENTINEL.format(i)
+        node["const"] = splice.placeholder(i)
     if "$ref" in root:  # the converter would not look for refs in the siblings of a root $ref
         root = {"anyOf": [root]}
     try:
         text = llama_grammar.json_schema_to_gbnf(json.dumps({**root, "$defs": defs}))
     except (AssertionError, KeyError, ValueError, TypeError, RecursionError) as e:
         raise _bad(f"llama.cpp's JSON Schema converter failed: {e}; HINT: simplify the schema") from None
-    text = _own_rules(text, walk.own)
+    try:
+        text = splice.splice(text, [writer for _, writer in walk.own])
+    except ValueError as e:
+        raise _bad(f"{e} (a bug); HINT: drop the bounds, pattern or format for now") from None
     return _checked("\n".join(_CHAR_FIXED if line == _CHAR else line for line in text.split("\n")))
-
-
-def _own_rules(text: str, own: list) -> str:
-    """Each placeholder const -> its rule. A writer takes a free rule name and returns (the
-    expression in place of the const, the rules it needs)."""
-    taken = {line.split(" ::= ")[0] for line in text.split("\n") if " ::= " in line}
-    prefix = "own"
-    while any(name.startswith(prefix) for name in taken):
-        prefix += "x"
-    extra = []
-    for i, (_, writer) in enumerate(own):  # written as it writes a const: '"' json.dumps '"', '"' escaped
-        literal = '"' + json.dumps(SENTINEL.format(i)).replace('"', '\\"') + '"'
-        expr, lines = writer(prefix + "".join("abcdefghij"[int(d)] for d in str(i)))
-        text = text.replace(literal, expr)
-        extra += lines
-    if json.dumps(SENTINEL.format(""))[1:-1] in text:
-        raise _bad("a rule was left out of the grammar (a bug); HINT: drop the bounds, pattern or format for now")
-    return "\n".join([text.rstrip("\n"), *extra]) + "\n"
-
-
-def _integer_rule(lo: int, hi: int):
-    return lambda name: (f"({rules.integer_gbnf(lo, hi)}) space", [])  # space: as its integer rule
-
-
-def _number_rule(dfa: regex_lang.DFA):
-    return lambda name: (f"{name} space", regex_lang.to_gbnf(dfa, name, json_string=False))
-
-
-def _string_rule(dfa: regex_lang.DFA):
-    return lambda name: (f'"\\"" {name} "\\"" space', regex_lang.to_gbnf(dfa, name))
 
 
 def _walk(node, ptr: str, walk: _Walk, depth: int) -> dict:
@@ -310,7 +282,7 @@ def _node(body: dict, ptr: str, walk: _Walk, depth: int) -> dict:
             out = {"prefixItems": [sub([key, i], s) for i, s in enumerate(tuple_)]}
     elif kind == "range":
         try:
-            walk.own.append((out, _integer_rule(*rules.integer_range(body))))
+            walk.own.append((out, splice.integer_range(*rules.integer_range(body))))
         except ValueError as e:
             raise _bad(f"integer bounds {_at(ptr)}: {e}") from None
     elif kind == "language":
@@ -321,10 +293,10 @@ def _node(body: dict, ptr: str, walk: _Walk, depth: int) -> dict:
         if dfa is None:  # the format's own rule is exact
             out = {k: v for k, v in body.items() if k in ("type", "format")}
         else:
-            walk.own.append((out, _string_rule(dfa)))
+            walk.own.append((out, splice.string(dfa)))
     elif kind == "number":
         try:
-            walk.own.append((out, _number_rule(numbers.language(body))))
+            walk.own.append((out, splice.number(numbers.language(body))))
         except rules.Refused as e:
             raise _unsupported(e.args[0], ptr, f" {where}: {e.args[1]}") from None
     elif kind == "string":
