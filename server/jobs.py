@@ -48,6 +48,11 @@ class Job:
     finished: float | None = None
     cancel: threading.Event = field(default_factory=threading.Event)  # set by POST /v1/store/jobs/{id}/cancel
 
+    def request_cancel(self) -> None:
+        """A running job stops at its next chunk (a download, a hash or a copy); a finished one stays."""
+        if self.status == "running":
+            self.cancel.set()
+
     def progress(self, desc: str, total: int) -> "JobProgress":
         """engine.store's ProgressFactory: each bar the store opens becomes the job's current phase."""
         return JobProgress(self, desc, total)
@@ -149,15 +154,13 @@ class Jobs:
     def cancel(self, job_id: str) -> Job:
         """Ask a running job to stop; it does at its next chunk (a download, a hash or a copy)."""
         job = self.get(job_id)
-        if job.status == "running":
-            job.cancel.set()
+        job.request_cancel()
         return job
 
     def cancel_all(self) -> None:
         """Ask every running job to stop (the server shuts down)."""
         for job in self.recent():
-            if job.status == "running":
-                job.cancel.set()
+            job.request_cancel()
 
     def recent(self) -> list[Job]:
         with self._list_lock:

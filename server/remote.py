@@ -160,8 +160,7 @@ class RemoteEngine:
         if self._loop.is_closed():
             return
         self._watcher.cancel()
-        for _, task in list(self._active.values()):
-            self._loop.call_soon_threadsafe(task.cancel)
+        self.stop()
         try:
             self._call(self._client.aclose())
         finally:
