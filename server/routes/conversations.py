@@ -34,6 +34,7 @@ from ..conversations import MAX_TITLE_CHARS, ConversationNotFound, ConversationS
 
 router = APIRouter(prefix="/v1/conversations")
 PAGE_LIMIT = 200  # a sidebar page; below the store's MAX_LIST_LIMIT so limit + 1 always fits
+SQL_INT_MAX = 2**63 - 1  # SQLite's largest integer: a larger offset or seq would fail in sqlite3 (a 500), not a 400
 
 
 class ConversationBody(BaseModel):
@@ -70,7 +71,7 @@ async def create_conversation(body: ConversationBody, request: Request):
 
 @router.get("")
 async def list_conversations(request: Request, q: str | None = None,
-                             limit: int = Query(50, ge=1, le=PAGE_LIMIT), offset: int = Query(0, ge=0)):
+                             limit: int = Query(50, ge=1, le=PAGE_LIMIT), offset: int = Query(0, ge=0, le=SQL_INT_MAX)):
     store = _store(request)
     # One extra row tells whether there is a next page without a second COUNT query.
     rows = await _call(lambda: store.list(q=q, limit=limit + 1, offset=offset))
@@ -117,6 +118,6 @@ async def add_message(conversation_id: str, body: MessageBody, request: Request)
 
 
 @router.delete("/{conversation_id}/messages")
-async def delete_messages(conversation_id: str, request: Request, after: int = Query(..., ge=0)):
+async def delete_messages(conversation_id: str, request: Request, after: int = Query(..., ge=0, le=SQL_INT_MAX)):
     deleted = await _call(_store(request).delete_messages_after, conversation_id, after)
     return {"id": conversation_id, "object": "conversation.messages.deleted", "deleted": deleted}

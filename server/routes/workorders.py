@@ -43,6 +43,7 @@ from ..workorders.thread import strip_quoted
 router = APIRouter(prefix="/v1/workorders")
 # A whole reply thread is cheap to scan for its quoted history; megabytes are refused before that.
 MAX_TEXT_CHARS = 200_000
+SQL_INT_MAX = 2**63 - 1  # SQLite's largest integer: a larger offset would fail in sqlite3 (a 500), not a 400
 
 
 class ParseRequest(BaseModel):
@@ -168,7 +169,7 @@ class Filters(BaseModel):
 
 @router.get("")
 async def list_parses(request: Request, filters: Filters = Depends(), limit: int = Query(50, ge=1, le=1000),
-                      offset: int = Query(0, ge=0)):
+                      offset: int = Query(0, ge=0, le=SQL_INT_MAX)):
     audit, where = _audit(request), filters.model_dump()
     data = await run_in_threadpool(lambda: audit.list(**where, limit=limit, offset=offset))
     total = await run_in_threadpool(lambda: audit.count(**where))
