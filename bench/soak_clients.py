@@ -9,8 +9,10 @@ Kinds, with the weights they are drawn by:
   disconnect  a streamed chat the client hangs up on after its first content chunk
   bad/*       malformed JSON, an unknown model, a prompt longer than the context, an unknown field
 
-Every request becomes one record: {kind, status, ms, t}. `status` is the HTTP status, or
-"stream_error" (an SSE error event after a 200), "timeout" or "conn_error". What the clients were
+Every request becomes one record: {kind, status, ms, t}. `status` is the HTTP status, or what
+went wrong after a 2xx: "stream_error" (an SSE error event), "no_finish" (a stream that ended
+without a finish_reason), "bad_body" (a body without the fields the API promises),
+"read_mismatch" (a conversation read back otherwise than written); or "timeout", "conn_error". What the clients were
 told was stored (work-order ids, conversation and message ids) is kept in `Acked`, so that the
 soak can ask the server afterwards what it still has.
 
@@ -84,7 +86,7 @@ class Client(threading.Thread):
             kind = tour.popleft() if tour else self.rng.choices(self.kinds, self.weights)[0]
             if kind == "bad":
                 kind = self.rng.choice(list(BAD_EXPECT))
-            start, self.detail = time.perf_counter(), None
+            start, self.detail, self.what = time.perf_counter(), None, None  # what: which variant of the kind
             try:
                 status = getattr(self, "do_" + kind.replace("bad/", "bad_"))()
             except openai.APIStatusError as e:
@@ -95,8 +97,13 @@ class Client(threading.Thread):
                 status, self.detail = "conn_error", repr(e)
             except openai.APIError as e:  # an `event: error` in a stream that had started with a 200
                 status, self.detail = "stream_error", e.message
+            except (KeyError, ValueError) as e:  # a 2xx whose body is not what the API promises
+                status, self.detail = "bad_body", repr(e)
             ms = (time.perf_counter() - start) * 1000.0
-            rec = {"kind": kind, "status": status, "ms": round(ms, 1), "t": round(time.time() - self.t0, 1)}
+            rec = {"kind": kind, "status": status, "ms": round(ms, 1), "t": round(time.time() - self.t0, 1),
+                   "client": self.n}
+            if self.what:
+                rec["what"] = self.what
             if status != EXPECT[kind] and self.detail:  # what the server said, for the report's unexpected list
                 rec["detail"] = str(self.detail)[:300]
             self.records.append(rec)
@@ -140,9 +147,11 @@ class Client(threading.Thread):
         body = {"text": o["text"], "sent_date": o["sent"]}
         if self.rng.random() < 0.4:  # the built-in template: its answer needs >= 2 x its closing reserve (212)
             body |= {"template": "work_order", "max_tokens": 448}
+            self.what = "template work_order"
         else:  # a caller's own small schema: a short answer, so the parses keep coming on a slow CPU
             body |= {"schema": SMALL_SCHEMA, "instructions": "Read the customer, the total quantity and the due date.",
                      "max_tokens": 160}
+            self.what = "small schema"
         r = self.http.post("/v1/workorders/parse", json=body)
         if r.status_code == 200:
             self.acked.workorders.append(r.json()["id"])

@@ -34,7 +34,7 @@ def test_soak_smoke(store, tmp_path):
     assert sum(req["per_status"].values()) == req["total"]
     for k in req["per_kind"].values():
         assert set(k) == {"count", "statuses", "p50_ms", "p99_ms"} and k["p50_ms"] <= k["p99_ms"]
-    assert req["errors_5xx"] == 0 and req["stream_errors"] == 0, req["unexpected_first"]
+    assert req["errors_5xx"] == 0 and req["broken_answers"] == 0, req["unexpected_first"]
 
     rss = r["rss"]
     assert rss["source"] in ("psutil", "proc") and len(rss["curve"]) >= 2
