@@ -6,6 +6,9 @@
 - Origin: browsers send Origin on cross-site requests; only this server's own origin
   (or --allowed-origin) may call the API. Clients that are not browsers send none.
 - Body size: larger than --max-body-bytes gets 413, whether or not Content-Length is set.
+- Body text: a body holding a lone UTF-16 surrogate ("\\ud800" without its pair, or its
+  bytes) gets 400. Python's JSON parser accepts one, but it is no character: the
+  tokenizer and SQLite cannot encode it and would fail with a 500 deep inside.
 - API key: when set, `Authorization: Bearer KEY` is required (401) on the API and
   /metrics. /health and the browser UI's static files stay open: they hold no data,
   and the UI asks for the key before it calls the API.
@@ -16,6 +19,8 @@ responses and disconnect notifications pass through untouched.
 from __future__ import annotations
 
 import hmac
+import json
+import re
 import socket
 from urllib.parse import urlsplit
 
@@ -23,9 +28,14 @@ from .errors import APIError
 from .settings import LOOPBACK_NAMES, Settings
 
 KEYED_PREFIXES = ("/v1/", "/metrics")  # everything else (/health, the UI's files, /docs) holds no data
+# A JSON escape, taken whole: in the JSON text \\ud800 (an escaped backslash, then "ud800") is none.
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.S)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _hostname(host_header: str) -> str:
+    if "@" in host_header:  # userinfo is no part of a Host header (RFC 9110 7.2); urlsplit would drop it
+        return ""
     return (urlsplit("//" + host_header).hostname or "").lower()
 
 
@@ -122,6 +132,10 @@ class GuardMiddleware:
             if not msg.get("more_body"):
                 break
         body, replayed = b"".join(chunks), False
+        if has_lone_surrogate(body):
+            raise APIError(400, "the request body holds a lone UTF-16 surrogate (\\ud800-\\udfff without its "
+                                "pair), which is not a character. HINT: send the text as UTF-8, or escape a "
+                                "character above U+FFFF as its two-surrogate pair", code="invalid_request")
 
         async def replay():
             nonlocal replayed
@@ -131,3 +145,27 @@ class GuardMiddleware:
             return await receive()
 
         return replay
+
+
+def has_lone_surrogate(body: bytes) -> bool:
+    """Whether `body`, read as json.loads reads bytes (UTF-8/16/32, surrogates let through), holds a
+    surrogate that is not half of an escaped pair. Linear: one pass over the escapes, none of the
+    work when the body has no surrogate at all (the usual case)."""
+    try:
+        text = body.decode(json.detect_encoding(body), "surrogatepass")
+    except (UnicodeDecodeError, LookupError):
+        return False  # not text at all: the JSON parser refuses it with its own 400
+    if _SURROGATE.search(text):  # raw ones: CESU-8 or lone UTF-16 bytes (a real pair decodes to one character)
+        return True
+    if "\\u" not in text:
+        return False
+    high_end = -1  # where an escaped high surrogate ended, waiting for its low half right there
+    for m in _ESCAPE.finditer(text):
+        unit = int(m.group(1), 16) if m.group(1) else None
+        is_low = unit is not None and 0xDC00 <= unit <= 0xDFFF
+        if high_end >= 0 and not (is_low and m.start() == high_end):
+            return True  # a high half with no low half after it
+        if high_end < 0 and is_low:
+            return True  # a low half with no high half before it
+        high_end = m.end() if unit is not None and 0xD800 <= unit <= 0xDBFF else -1
+    return high_end >= 0
