@@ -100,7 +100,7 @@ def test_four_concurrent_streams_each_equal_their_sequential_result(client):
     (dict(messages=MSG, temperature=5), 400, None),
     (dict(messages=MSG, max_tokens=0), 400, None),
     (dict(messages=MSG, response_format={"type": "json_schema", "json_schema": {
-        "name": "n", "schema": {"type": "number", "multipleOf": 2}}}), 400, None),
+        "name": "n", "schema": {"type": "number", "multipleOf": 0.5}}}), 400, None),
     (dict(messages=MSG, response_format={"type": "xml"}), 400, None),
     (dict(messages=[{"role": "wizard", "content": "hi"}]), 400, None),
     (dict(messages=MSG, max_tokens=TEST_CTX + 1), 400, "context_length_exceeded"),

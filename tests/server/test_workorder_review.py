@@ -118,14 +118,14 @@ def test_user_template_files_are_checked(tmp_path):
     (tmp_path / "work_order.json").write_text(json.dumps(good | {"name": "work_order", "title": "Ours"}))
     bad = {"wrong_name.json": good, "extra.json": good | {"name": "extra", "colour": 1},
            "nonobject.json": {"name": "nonobject", "schema": {"type": "string"}},
-           "unenforceable.json": {"name": "unenforceable",
-                                  "schema": {"type": "object", "properties": {"n": {"type": "number", "minimum": 1}}}}}
+           "unenforceable.json": {"name": "unenforceable", "schema": {
+               "type": "object", "properties": {"n": {"type": "number", "multipleOf": 0.25}}}}}
     for name, body in bad.items():
         (tmp_path / name).write_text(json.dumps(body))
     found, broken = TemplateStore(tmp_path).all()
     assert found["mine"].source == "user" and found["work_order"].title == "Ours"  # a user file replaces a built-in
     assert set(broken) == set(bad)
-    assert "minimum" in broken["unenforceable.json"] and "match the file name" in broken["wrong_name.json"]
+    assert "multipleOf" in broken["unenforceable.json"] and "match the file name" in broken["wrong_name.json"]
     with pytest.raises(ValueError):
         load_file(tmp_path / "extra.json", "user")
     with pytest.raises(InvalidRequest) as e:

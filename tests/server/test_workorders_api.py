@@ -109,7 +109,7 @@ def test_a_user_template_parses(srv):
     ({"text": ORDER, "template": "nope"}, "template", None),
     ({"text": ORDER, "template": "broken"}, "template", None),
     ({"text": ORDER, "template": "work_order", "schema": SMALL}, "schema", None),
-    ({"text": ORDER, "schema": {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 5}}}},
+    ({"text": ORDER, "schema": {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 0.5}}}},
      "schema", None),
     ({"text": ORDER, "schema": {"type": "string"}}, "schema", None),
     ({"text": ORDER, "instructions": "do it"}, "instructions", None),
