@@ -96,6 +96,15 @@ class DFA:
     def size(self) -> int:
         return len(self.trans)
 
+    def matches(self, text: str) -> bool:
+        """Is `text` in the language? (For checks and tests; the grammar is what enforces it.)"""
+        state = 0
+        for ch in text:
+            state = next((t for cs, t in self.trans[state] if any(lo <= ord(ch) <= hi for lo, hi in cs)), None)
+            if state is None:
+                return False
+        return state in self.accept
+
 
 # --- regex -> NFA ------------------------------------------------------------------------------
 

@@ -120,6 +120,16 @@ class _Reply(Exception):
     """Raised while routing, to answer at once: _Reply(status, X-Error-Code or None, X-Error-Message[, headers])."""
 
 
+def point_hub_clients_at(url: str, monkeypatch, hf_home) -> None:
+    """huggingface_hub (here and in children) talks to `url`, caches in `hf_home`, and sees none of
+    the user's own Hugging Face setup (token, offline mode, telemetry)."""
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+
+
 class HubStandIn:
     """`with HubStandIn() as hub:` -> hub.url (the endpoint), hub.add_repo, hub.fault, hub.throttle, hub.requests."""
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hub_models import catalog_entry, hub_file, write_draft, write_target
-from hub_standin import HubStandIn
+from hub_standin import HubStandIn, point_hub_clients_at
 
 from conftest import ROOT
 from engine import Completion, SamplingParams, hub
@@ -59,11 +59,7 @@ def standin(files):
 def hub_env(standin, monkeypatch, tmp_path):
     """This test's own endpoint, HF home and no token: nothing of the user's Hugging Face setup."""
     standin.throttle(None)
-    monkeypatch.setenv("HF_ENDPOINT", standin.url)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
+    point_hub_clients_at(standin.url, monkeypatch, tmp_path / "hf-home")
     return standin
 
 

@@ -17,13 +17,6 @@ from grammar_vocab import accepts, js, language as grammar_language, refused
 ODD = ["-0", "-0.0", "-0.00", "00", "01", "-01", "1.", ".5", "1e2", "1E0", "+1", "1.50", "0.0", "-", "", "--1", "1..2"]
 
 
-def matches(dfa, s: str) -> bool:
-    state = 0
-    for ch in s:
-        state = next((t for cs, t in dfa.trans[state] if any(lo <= ord(ch) <= hi for lo, hi in cs)), None)
-        if state is None:
-            return False
-    return state in dfa.accept
 
 
 def canonical(s: str) -> bool:
@@ -46,7 +39,7 @@ def check(schema: dict, strings, integers_only: bool = False) -> None:
             valid = validator.is_valid(json.loads(s))
         except ValueError:
             valid = False
-        written = matches(dfa, s)
+        written = dfa.matches(s)
         assert not written or valid, (schema, s, "written but not valid")
         if canonical(s) and len(re.sub(r"\D", "", s)) <= MAX_SIGNIFICANT and not (integers_only and "." in s):
             assert written == valid, (schema, s)
@@ -86,7 +79,7 @@ def test_random_bounds_against_jsonschema():
 def test_multiple_of_against_jsonschema(schema):
     strings = [str(n) for n in range(-1100, 1101)] + ["5.0", "10.5", "-0", "05", "1e1"]
     check(schema, strings, integers_only=True)
-    assert not matches(language(schema), "5.0")  # integer spellings only
+    assert not language(schema).matches("5.0")  # integer spellings only
 
 
 def test_whole_languages_through_llama(vocab):

@@ -20,13 +20,6 @@ PATTERNS = [
 ]
 
 
-def matches(dfa, s: str) -> bool:
-    state = 0
-    for ch in s:
-        state = next((t for cs, t in dfa.trans[state] if any(lo <= ord(ch) <= hi for lo, hi in cs)), None)
-        if state is None:
-            return False
-    return state in dfa.accept
 
 
 def strings(rng: random.Random):
@@ -41,7 +34,7 @@ def test_the_automaton_is_re_search(pattern):
     dfa, rng = regex_lang.search_dfa(pattern), random.Random(pattern)
     for s in strings(rng):
         found = re.search(pattern, s) is not None
-        if matches(dfa, s) != found:
+        if dfa.matches(s) != found:
             # the narrowing: $ matches only at the very end, not before a final newline
             assert found and s.endswith("\n") and not re.search(pattern.replace("$", "\\Z"), s), (pattern, s)
 
@@ -54,8 +47,8 @@ def test_intersection_and_inclusion(a, b):
     seen_a = seen_b = set()
     rng = random.Random(a + b)
     for s in strings(rng):
-        in_a, in_b = matches(da, s), matches(db, s)
-        assert matches(both, s) == (in_a and in_b), s
+        in_a, in_b = da.matches(s), db.matches(s)
+        assert both.matches(s) == (in_a and in_b), s
         if in_a:
             seen_a = seen_a | {s}
         if in_b:
@@ -79,7 +72,7 @@ def test_lengths():
     for lo, hi in ((0, 0), (2, 5), (3, None)):
         dfa = regex_lang.length_dfa(lo, hi)
         for n in range(8):
-            assert matches(dfa, "é" * n) == (lo <= n and (hi is None or n <= hi))
+            assert dfa.matches("é" * n) == (lo <= n and (hi is None or n <= hi))
 
 
 def test_minimal_and_small():

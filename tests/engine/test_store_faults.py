@@ -11,17 +11,16 @@ A pull killed mid-download, and its resume: tests/engine/test_hub_pull.py.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 from hub_models import catalog_entry, hub_file, sha256, write_draft, write_target
-from hub_standin import HubStandIn
+from hub_standin import HubStandIn, point_hub_clients_at
 
 from conftest import ROOT
+from kill_child import kill_9_when
 from engine.catalog import CATALOG
 from engine.errors import ModelNotFound
 from engine.store import CHUNK, ModelStore, no_progress
@@ -63,25 +62,11 @@ print("finished: it never stopped at", stop_at, flush=True)
 
 def kill_9_at(stop_at: str, op: str, home: Path, arg: str = "") -> str:
     """Run `op` in a child and SIGKILL it where its progress bar `stop_at...` has two pieces; the bar's name."""
-    child = subprocess.Popen([sys.executable, "-c", CHILD, op, str(home), stop_at, arg], cwd=ROOT,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    guard = threading.Timer(300, child.kill)  # a stuck child must not hang the suite
-    guard.start()
-    try:
-        line = child.stdout.readline()
-        if not line.startswith("stopped"):  # it finished or failed instead: say how
-            child.wait(timeout=60)
-            pytest.fail(f"the child did not stop at {stop_at!r}: {line}{child.stderr.read()[-3000:]}")
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=30)
-    finally:
-        guard.cancel()
-        child.kill()
-        child.stdout.close()
-        child.stderr.close()
-    assert child.returncode == -signal.SIGKILL
-    return line.split(maxsplit=1)[1].strip()
+    argv = [sys.executable, "-c", CHILD, op, str(home), stop_at, arg]
+    lines = kill_9_when(argv, lambda lines: lines[-1].startswith("stopped"), 300,
+                        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    stopped = next(line for line in lines if line.startswith("stopped"))
+    return stopped.split(maxsplit=1)[1].strip()
 
 
 def left_in(folder: Path) -> list[str]:
@@ -155,11 +140,7 @@ def hub_env(tiny, monkeypatch, tmp_path):
     """The stand-in Hub with the tiny target, as this test's (and its child's) endpoint; no user HF setup."""
     with HubStandIn() as h:
         h.rev = h.add_repo(REPO, {tiny["target"].name: tiny["target"]})
-        monkeypatch.setenv("HF_ENDPOINT", h.url)
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-        for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN"):
-            monkeypatch.delenv(var, raising=False)
+        point_hub_clients_at(h.url, monkeypatch, tmp_path / "hf-home")
         yield h
 
 

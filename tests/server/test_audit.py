@@ -12,10 +12,7 @@ import codecs
 import csv
 import io
 import json
-import os
-import signal
 import sqlite3
-import subprocess
 import sys
 import threading
 import time
@@ -23,7 +20,7 @@ from contextlib import closing
 
 import pytest
 
-from conftest import ROOT
+from kill_child import kill_9_when
 from server.audit import AuditLog, AuditLogError, ParseRecord
 
 CHINESE = "台北市信義區 冷氣不冷，請於週五前派員維修。聯絡人：陳小姐 0912-345-678"
@@ -159,24 +156,9 @@ while True:
 
 def test_kill_9_loses_no_committed_record(tmp_path):
     path = tmp_path / "audit.db"
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, encoding="utf-8")
-    guard = threading.Timer(30, child.kill)  # a stuck child must not hang the suite
-    guard.start()
-    try:
-        seen = []
-        while len(seen) < 60 and (line := child.stdout.readline()):
-            seen.append(line.split())
-        assert len(seen) >= 60, child.stderr.read()
-        os.kill(child.pid, signal.SIGKILL)  # mid-loop: most likely inside a write
-        child.wait(timeout=10)
-        seen += [line.split() for line in child.stdout.read().splitlines()]  # printed before the kill
-    finally:
-        guard.cancel()
-        child.kill()
-        child.stdout.close()
-        child.stderr.close()
-    assert child.returncode == -signal.SIGKILL
+    # killed mid-loop: most likely inside a write
+    argv = [sys.executable, "-c", CHILD, str(path)]
+    seen = [line.split() for line in kill_9_when(argv, lambda lines: len(lines) >= 60, 30)]
     assert path.with_name("audit.db-wal").stat().st_size > 0  # so reopening runs WAL recovery
     with AuditLog(path) as log:
         assert log._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -17,12 +17,12 @@ import resource
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT
+from kill_child import kill_9_when
 from server.audit import AuditLog, ParseRecord
 from server.conversations import ConversationStore
 
@@ -46,24 +46,9 @@ while True:
 
 def test_kill_9_during_conversation_writes_loses_no_committed_record(tmp_path):
     path = tmp_path / "conversations.sqlite3"
-    child = subprocess.Popen([sys.executable, "-c", KILL_CHILD, str(path)], cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, encoding="utf-8")
-    guard = threading.Timer(60, child.kill)  # a stuck child must not hang the suite
-    guard.start()
-    try:
-        seen = []
-        while len(seen) < 80 and (line := child.stdout.readline()):
-            seen.append(line.split())
-        assert len(seen) >= 80, child.stderr.read()
-        os.kill(child.pid, signal.SIGKILL)  # mid-loop: most likely inside a write
-        child.wait(timeout=10)
-        seen += [line.split() for line in child.stdout.read().splitlines()]  # printed before the kill
-    finally:
-        guard.cancel()
-        child.kill()
-        child.stdout.close()
-        child.stderr.close()
-    assert child.returncode == -signal.SIGKILL
+    # killed mid-loop: most likely inside a write
+    argv = [sys.executable, "-c", KILL_CHILD, str(path)]
+    seen = [line.split() for line in kill_9_when(argv, lambda lines: len(lines) >= 80, 60)]
     assert path.with_name(path.name + "-wal").stat().st_size > 0  # so reopening runs WAL recovery
     convs = [c for kind, c, *_ in seen if kind == "conversation"]
     messages = [rest for kind, *rest in seen if kind == "message"]
