@@ -39,6 +39,8 @@ from .slot import Slot
 from .speculative.chooser import CostCurve, CurveMeasurement
 from .speculative.drafters.base import Drafter
 from .speculative.drafters.dflash import DFlashDrafter
+from .speculative.drafters.combined import GrammarLookupDrafter
+from .speculative.drafters.grammar import GrammarDrafter
 from .speculative.drafters.lookup import PromptLookupDrafter
 from .speculative.loop import Stepper
 from .speculative.params import SpecParams
@@ -85,7 +87,9 @@ class Engine:
                              n_ctx=self.n_ctx, n_vocab=model.n_vocab)
         self.drafters = self.policy.drafters  # name -> drafter: the speculative modes this engine has
         self.records = self.policy.records
-        self.add_drafter(PromptLookupDrafter())
+        lookup, grammar = PromptLookupDrafter(), GrammarDrafter(model)
+        for drafter in (lookup, grammar, GrammarLookupDrafter(grammar, lookup)):
+            self.add_drafter(drafter)
         self.draft_error: str | None = None  # why a configured draft is not in use
         if config.draft:
             self._load_draft(config.draft)
@@ -367,7 +371,8 @@ class Engine:
             slot = prefix.best_slot(free, req.prompt_tokens)
             max_new = req.max_tokens or (self.n_ctx - len(req.prompt_tokens))
             try:
-                spec = self.policy.state_for(req.speculative, req.sampling, req.prompt_tokens, slot)
+                spec = self.policy.state_for(req.speculative, req.sampling, req.prompt_tokens, slot,
+                                             constrained=bool(req.grammar))
                 reused = prefix.reuse(slot, self.ctx, req.prompt_tokens, spec.drafter if spec else None)
             except Exception as e:  # a bug (a failed measurement, say): this request fails, the worker goes on
                 log.exception("could not start a request")

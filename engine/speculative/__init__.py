@@ -18,7 +18,8 @@ The step, one module per stage, joined by loop.py (Stepper.step):
   drafters/   draft: base.py (the protocol, Proposal, Lattice), dflash.py (DFlash 2 lattices
               and DFlash v1 paths through a llama.cpp draft context; dflash_fit.py checks a
               draft against the target),
-              lookup.py (prompt lookup)
+              lookup.py (prompt lookup), grammar.py (the text a request's grammar forces,
+              engine/gbnf.py), combined.py (that text, then prompt lookup after it)
   select.py   select: the only code that turns a lattice into a path
   verify.py   verify: [anchor] + path as target batch rows, the target's choice at each
   accept.py   accept: greedy acceptance and rejection sampling (native/)

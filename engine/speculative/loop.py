@@ -99,7 +99,9 @@ class Stepper:
         return gen
 
     def _plan(self, slots: list) -> list[Work]:
-        want = {s.seq_id: s.spec.path_len(s) for s in slots if s.spec is not None and not s.prefilling}
+        # a free drafter (no model call) is asked for the longest path; its length is chosen on what it offers
+        want = {s.seq_id: s.spec.path_cap(s) if getattr(s.spec.drafter, "free", False) else s.spec.path_len(s)
+                for s in slots if s.spec is not None and not s.prefilling}
         if self.max_rows is not None:  # the step's rows: one per slot, then paths while room lasts
             room = self.max_rows - len(slots)
             for seq_id in want:
@@ -118,7 +120,7 @@ class Stepper:
         for (_, n_draft), group in groups.items():
             drafter = group[0].spec.drafter
             t0 = time.perf_counter()
-            views = [SeqView(s.seq_id, s.history(), s.n_past) for s in group]
+            views = [SeqView(s.seq_id, s.history(), s.n_past, s.req.grammar, len(s.req.prompt_tokens)) for s in group]
             try:
                 proposals = drafter.propose(views, n_draft, unary=any(s.spec.stats.selector == "top1" for s in group))
             except EngineError as e:  # a drafter failing costs this step's speculation, not the requests
@@ -134,6 +136,8 @@ class Stepper:
                 slot.spec.stats.draft_ms += share
                 slot.spec.observe_draft_cost(share - catch_up)
                 path = self._select(slot, prop, n_draft)
+                if getattr(drafter, "free", False) and path.tokens:
+                    path = Path(path.tokens[:slot.spec.path_len(slot, available=len(path.tokens))])
                 if path.tokens:  # an empty path: this sequence decodes plainly this step
                     out[slot.seq_id] = path
         return out

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidRequest
 
-MODES = ("auto", "off", "dflash", "lookup")
+MODES = ("auto", "off", "dflash", "lookup", "grammar", "grammar+lookup")
 SELECTORS = ("walk", "viterbi", "dp", "top1")
 MAX_BLOCK = 16
 
@@ -30,7 +30,7 @@ class SpecParams:
 
 @dataclass
 class SpecStats:
-    mode: str = "off"  # what actually ran: off | lookup | dflash
+    mode: str = "off"  # what actually ran: off | lookup | dflash | grammar | grammar+lookup
     selector: str | None = None
     verifies: int = 0
     drafted: int = 0  # path tokens sent to verification

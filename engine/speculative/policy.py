@@ -48,8 +48,10 @@ class Policy:
         self.drafters[drafter.name] = drafter
         self.records[drafter.name] = DrafterRecord()
 
-    def state_for(self, params: SpecParams, sampling, prompt: list[int], slot) -> SpecState | None:
-        """How a request with these settings, admitted into `slot`, speculates; None for plain decoding."""
+    def state_for(self, params: SpecParams, sampling, prompt: list[int], slot,
+                  constrained: bool = False) -> SpecState | None:
+        """How a request with these settings, admitted into `slot`, speculates; None for plain decoding.
+        `constrained`: the request has a grammar, whose forced spans auto mode drafts with lookup's."""
         mode = self.mode if params.mode == "auto" else params.mode
         if mode == "off" or not self.enabled:
             return None
@@ -59,6 +61,8 @@ class Policy:
             mode = self.auto_drafter()
             if costs_reuse(slot, prompt, self.drafters.get(mode)):
                 mode = "lookup"  # re-decoding a long shared prompt would cost more than the draft earns
+            if constrained and mode == "lookup" and "grammar+lookup" in self.drafters:
+                mode = "grammar+lookup"
         if mode not in self.drafters:
             return None
         if sampling.presence_penalty or sampling.frequency_penalty:

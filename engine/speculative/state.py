@@ -96,12 +96,18 @@ class SpecState:
         if self.dist is not None:
             self.dist.free()
 
-    def path_len(self, slot) -> int:
-        """Path tokens to draft this step: 0 means decode plainly."""
+    def path_cap(self, slot) -> int:
+        """The most path tokens this step may verify (0 once auto mode retired the drafter)."""
         t_max = min(self.block - 1,
                     self.n_ctx - 1 - slot.n_past,  # the verify rows must fit the sequence's KV cells
                     slot.max_new - len(slot.output) - 1)  # accepted + bonus must fit max_tokens
-        if self.retired or t_max <= 0:
+        return 0 if self.retired else max(t_max, 0)
+
+    def path_len(self, slot, available: int | None = None) -> int:
+        """Path tokens to draft this step (of the `available` a free drafter already offers):
+        0 means decode plainly."""
+        t_max = self.path_cap(slot) if available is None else min(self.path_cap(slot), available)
+        if t_max <= 0:
             return 0
         if self.curve is None:
             return t_max

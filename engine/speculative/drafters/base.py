@@ -22,6 +22,8 @@ class SeqView:
     seq_id: int
     tokens: list[int]  # every committed token, prompt + output; tokens[-1] is the anchor
     pos: int  # position of the anchor (= len(tokens) - 1); the anchor is not in the target KV yet
+    grammar: str | None = None  # the request's GBNF (the grammar drafter follows it), None: unconstrained
+    n_prompt: int = 0  # tokens[:n_prompt] are the prompt, the rest the output
 
 
 @dataclass

@@ -109,6 +109,18 @@ def test_dflash_is_lossless_under_a_grammar(dflash_engine, plain, selector):
     assert sum(s["accepted"] for s in stats) > 0
 
 
+@pytest.mark.parametrize("mode", ["grammar", "grammar+lookup"])
+@pytest.mark.parametrize("block", [2, 4, 8])
+def test_forced_spans_are_lossless(dflash_engine, plain, mode, block):
+    """The grammar drafter (alone and with lookup after its span) proposes the text the grammar
+    forces; the target accepts most of it and the output is plain constrained decoding's."""
+    results = run_all(dflash_engine, SpecParams(mode=mode, block=block))
+    assert_invariant(plain, results)
+    stats = [r.usage.speculation for r in results.values()]
+    assert sum(s["accepted"] for s in stats) > 0.5 * sum(s["drafted"] for s in stats) > 0 or mode != "grammar"
+    assert sum(s["accepted"] for s in stats) > 0
+
+
 class WrongTokenOracle(StatelessDrafter):
     """The constrained answer, with path token `(step % (n_draft + 1))` replaced by another id."""
 

@@ -1,0 +1,113 @@
+"""The grammar drafter: the text a request's grammar forces next, in the target's own tokens.
+
+Work-order JSON is mostly known before the model speaks: keys, quotes, colons and braces the
+schema fixes. At each step this drafter follows the request's output through its grammar
+(engine/gbnf.py) and walks ahead while the grammar allows one character only; where it allows an
+optional blank or the next character (`space ::= " "?`), it takes what this output did last time
+after the same character (json.dumps's habit, a blank after "," and ":", until it has seen one).
+The span is tokenized as the target's tokenizer would, and its trailing blanks are left out: the
+model writes a blank together with the text after it (` "`, ` null`).
+
+It costs no model call. The target verifies the span like any draft, so a different split by the
+model, or a habit it does not keep, is a rejection: the output is plain constrained decoding's.
+
+Not the grammar sampler the target is checked against (engine/llama/grammar.py).
+"""
+
+from __future__ import annotations
+
+import codecs
+
+from ... import gbnf
+from .base import Proposal, SeqView
+
+BLANKS = " \t\n\r"
+HABIT = {",": " ", ":": " "}  # the blank written after a character until the output shows its own
+MAX_CHARS = 256
+
+
+class _Follow:
+    """One sequence's place in its grammar: the parse state after the output so far."""
+
+    def __init__(self, grammar: gbnf.Grammar, text: str):
+        self.g, self.text = grammar, text
+        self.state = grammar.start()
+        self.fed = 0  # output tokens followed
+        self.prev = ""  # the last character followed
+        self.habit = dict(HABIT)
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def feed(self, data: bytes) -> None:
+        for ch in self.decoder.decode(data):
+            if self.state is None:
+                return
+            chars, _ = self.g.next_chars(self.state)
+            if chars and chars & set(BLANKS) and len(chars - set(BLANKS)) <= 1:  # a blank was optional here
+                self.habit[self.prev] = ch if ch in BLANKS else ""
+            self.state = self.g.advance(self.state, ch) or None  # None: lost (text the grammar refuses)
+            self.prev = ch
+
+    def forced(self, limit: int = MAX_CHARS) -> str:
+        """The text that follows for sure (blanks by habit), as far as it goes."""
+        out, st, prev = [], self.state, self.prev
+        while st and len(out) < limit:
+            chars, ends = self.g.next_chars(st)
+            if ends or not chars:
+                break
+            solid = chars - set(BLANKS)
+            if len(chars) == 1:
+                ch = next(iter(chars))
+            elif len(solid) <= 1 and prev in self.habit and (self.habit[prev] in chars or solid):
+                ch = self.habit[prev] or next(iter(solid))
+            else:
+                break
+            out.append(ch)
+            st, prev = self.g.advance(st, ch), ch
+        return "".join(out)
+
+
+class GrammarDrafter:
+    name = "grammar"
+    free = True  # no model call: the loop asks for the longest path and prices what it gets
+
+    def __init__(self, model):
+        self.model = model
+        self._seqs: dict[int, _Follow] = {}
+
+    def attach(self, target_ctx) -> None:
+        pass
+
+    def propose(self, seqs: list[SeqView], n_draft: int, unary: bool = False) -> list[Proposal]:
+        return [Proposal(self.span(s, n_draft)) for s in seqs]
+
+    def span(self, view: SeqView, n_draft: int) -> list[int]:
+        """At most n_draft tokens of the text the grammar forces after view's committed tokens."""
+        if not view.grammar or n_draft <= 0:
+            return []
+        f = self._follow(view)
+        if f is None or f.state is None:
+            return []
+        text = f.forced().rstrip(BLANKS)
+        return self.model.tokenize(text, add_bos=False, special=False)[:n_draft] if text else []
+
+    def _follow(self, view: SeqView) -> _Follow | None:
+        out = view.tokens[view.n_prompt:]
+        f = self._seqs.get(view.seq_id)
+        if f is None or f.text is not view.grammar and f.text != view.grammar or f.fed > len(out):
+            try:
+                f = self._seqs[view.seq_id] = _Follow(gbnf.parse(view.grammar), view.grammar)
+            except gbnf.GrammarError:
+                return None
+        for tok in out[f.fed:]:
+            f.feed(self.model.piece(tok))
+        f.fed = len(out)
+        return f
+
+    def observe(self, committed) -> None:
+        pass
+
+    def forget(self, seq_id: int) -> None:
+        self._seqs.pop(seq_id, None)
+
+    def close(self) -> None:
+        self._seqs.clear()
