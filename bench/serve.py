@@ -3,10 +3,13 @@
 In one run, on the same model and settings:
   A. in-process engine vs streamed HTTP (`flashdesk serve` subprocess, openai client),
      the same prompts alternated A B A B -> tokens/s of each and the overhead ratio;
-  B. aggregate tokens/s with 1 stream vs 4 concurrent streams (HTTP), alternated.
+  B. aggregate tokens/s with 1 stream vs 4 concurrent streams (HTTP), alternated;
+  C. speculation (auto, with the paired draft) against off at 1, 4 and 8 concurrent streams
+     (in-process engine, 8 mixed prompts), alternated: aggregate tokens/s and the ratio, and
+     whether every answer equalled plain decoding's (it must).
 Reports medians and ratios, writes JSON to bench/out/serve.json.
 
-    .venv/bin/python bench/serve.py [--rounds 5] [--max-tokens 96]
+    .venv/bin/python bench/serve.py [--rounds 5] [--max-tokens 96] [--parts ABC]
 
 Speed is noisy on a shared 2-core machine: quote the ratios, not the absolute numbers.
 """
@@ -32,7 +35,8 @@ from bench.common import dev_prompts, drop_callers_settings, free_port, test_hom
 
 drop_callers_settings()  # before the engine loads, and the server it starts reads none of them
 
-from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
+from engine import Completion, Engine, EngineConfig, SamplingParams  # noqa: E402
+from engine.speculative.params import SpecParams  # noqa: E402
 from engine.store import ModelStore, no_progress  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
@@ -79,16 +83,73 @@ def concurrent(client: openai.OpenAI, prompts: list[dict], max_tokens: int) -> t
     return sum(counts), time.perf_counter() - t0
 
 
+def streams(engine: Engine, prompts: list[dict], mode: str, max_tokens: int) -> tuple[int, float, list]:
+    """All `prompts` at once in `mode`: tokens written, seconds, and each answer's tokens."""
+    t0 = time.perf_counter()
+    handles = [engine.generate(engine.render_chat(p["messages"]), sampling=GREEDY, max_tokens=max_tokens,
+                               speculative=SpecParams(mode=mode)) for p in prompts]
+    done = [Completion.collect(iter(h)) for h in handles]
+    return sum(len(c.tokens) for c in done), time.perf_counter() - t0, [c.tokens for c in done]
+
+
+def spec_at_streams(model, a, counts=(1, 4, 8)) -> dict:
+    """Part C: auto against off at each stream count, the two alternated (A B, then B A)."""
+    prompts = pick_prompts(max(counts))
+    engine = Engine.load(model.path, EngineConfig(n_ctx=4096, n_parallel=max(counts), n_threads=a.threads,
+                                                  draft=model.draft_path))
+    rates = {(n, m): [] for n in counts for m in ("off", "auto")}
+    mismatches = []
+    try:
+        assert engine.curve_ready.wait(300), "the verify-cost curve was not measured"
+        streams(engine, prompts[:1], "off", 8)  # warm
+        for r in range(a.rounds):
+            for n in counts:
+                ref = None
+                for m in (("off", "auto") if r % 2 == 0 else ("auto", "off")):
+                    tokens, secs, answers = streams(engine, prompts[:n], m, a.max_tokens)
+                    rates[(n, m)].append(tokens / secs)
+                    if ref is not None and answers != ref:
+                        mismatches.append((r, n, m))
+                    ref = answers
+            print(f"streams round {r + 1}/{a.rounds} done", file=sys.stderr)
+    finally:
+        engine.close()
+    out = {}
+    for n in counts:
+        off, auto = statistics.median(rates[(n, "off")]), statistics.median(rates[(n, "auto")])
+        ratios = [x / y for x, y in zip(rates[(n, "auto")], rates[(n, "off")])]
+        out[str(n)] = {"off_tok_per_s": round(off, 1), "auto_tok_per_s": round(auto, 1),
+                       "ratio": round(statistics.median(ratios), 3)}
+    return {"streams": out, "mismatches": mismatches, "prompts": [p.get("id") for p in prompts]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--parts", default="ABC", help="which parts to run (see above)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "serve.json"))
     a = ap.parse_args()
 
     store = ModelStore(test_home())
     model = store.pull("smollm2", progress=no_progress)
+    result = {"model": model.name, "model_sha256": model.sha256, "threads": a.threads, "max_tokens": a.max_tokens,
+              "rounds": a.rounds, "machine": platform.platform(),
+              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                       text=True).stdout.strip()}
+    if "C" in a.parts:
+        result["speculation"] = spec_at_streams(model, a)
+    if "A" in a.parts or "B" in a.parts:
+        result |= http_parts(store, model, a)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    return 1 if result.get("speculation", {}).get("mismatches") else 0
+
+
+def http_parts(store, model, a) -> dict:
+    """Parts A and B."""
     prompts = pick_prompts(4)
     ctx = 2048
     engine = Engine.load(model.path, EngineConfig(n_ctx=ctx, n_parallel=4, n_threads=a.threads))
@@ -119,19 +180,9 @@ def main() -> int:
         engine.close()
 
     med = {k: statistics.median(v) for k, v in rates.items()}
-    result = {
-        "model": model.name, "model_sha256": model.sha256, "threads": a.threads, "max_tokens": a.max_tokens,
-        "rounds": a.rounds, "prompts": [p.get("id") for p in prompts], "machine": platform.platform(),
-        "median_tok_per_s": {k: round(v, 2) for k, v in med.items()},
-        "http_over_engine": round(med["http"] / med["engine"], 3),
-        "aggregate_4_over_1": round(med["http_4"] / med["http_1"], 3),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                 text=True).stdout.strip(),
-    }
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
-    return 0
+    return {"prompts": [p.get("id") for p in prompts], "median_tok_per_s": {k: round(v, 2) for k, v in med.items()},
+            "http_over_engine": round(med["http"] / med["engine"], 3),
+            "aggregate_4_over_1": round(med["http_4"] / med["http_1"], 3)}
 
 
 if __name__ == "__main__":

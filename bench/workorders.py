@@ -9,7 +9,8 @@ speed ratio), the end-to-end ratio (prefill included), tau; and from the plain r
 JSON/schema validity and per-field accuracy (bench/workorder_score.py, against
 tests/data/workorder.schema.json). Writes JSON to bench/out/workorders.json.
 
-    .venv/bin/python bench/workorders.py [--modes off,lookup,dflash,auto] [--limit 24] [--threads 2]
+    .venv/bin/python bench/workorders.py [--modes off,lookup,grammar,grammar+lookup,grammar+lookup+dflash,auto]
+        [--limit 24] [--threads 2]
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def main() -> int:
     ap.add_argument("--cases", default=str(EVAL_DATA / "workorders-dev.jsonl"))
     ap.add_argument("--schema", default=str(EVAL_DATA / "workorder.schema.json"), help="the schema the scorer checks")
     ap.add_argument("--template", default="work_order", help="a template name, or a template file to try")
-    ap.add_argument("--modes", default="off,lookup,dflash,auto")
+    ap.add_argument("--modes", default="off,lookup,grammar,grammar+lookup,grammar+lookup+dflash,auto")
     ap.add_argument("--limit", type=int, default=0, help="first N cases only")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=4096)
@@ -55,6 +56,7 @@ def main() -> int:
     model = ModelStore(test_home()).pull("smollm2", progress=no_progress)
     draft = model.draft_path if a.draft == "auto" else None if a.draft == "none" else a.draft
     eng = Engine.load(model.path, EngineConfig(n_ctx=a.ctx, n_parallel=1, n_threads=a.threads, draft=draft))
+    assert eng.curve_ready.wait(300), "the verify-cost curve was not measured"  # else every mode decodes plainly
     template = (load_file(Path(a.template), "user") if a.template.endswith(".json")
                 else TemplateStore(None).get(a.template))
     modes = [m for m in a.modes.split(",") if m == "off" or m == "auto" or m in eng.drafters]
@@ -77,7 +79,8 @@ def main() -> int:
                 runs[m].append({"case": case["id"], "tokens": len(done.tokens), "decode_ms": u.decode_ms,
                                 "prefill_ms": u.prefill_ms, "wall_ms": wall, "finish": done.finish_reason,
                                 "tau": s.get("tau"), "verifies": s.get("verifies", 0), "used": s.get("mode"),
-                                "closed_early": u.closed_early, "cached_tokens": u.cached_tokens})
+                                "closed_early": u.closed_early, "cached_tokens": u.cached_tokens,
+                                "by_source": s.get("committed_by_source", {})})
                 if m == modes[0]:
                     out = extract.assess(eng, template, done, case["text"], sent)
                     outputs.append(out.result if out.valid else done.text)
@@ -103,6 +106,7 @@ def main() -> int:
             "ratio_end_to_end": round(statistics.median(base[r["case"]]["wall_ms"] / r["wall_ms"] for r in rs), 3),
             "tau": round(sum((r["tau"] or 0) * r["verifies"] for r in rs) / ver, 2) if ver else None,
             "used": sorted({r["used"] for r in rs if r["used"]}),
+            "share": _shares(rs),
         })
     result = {"template": a.template, "cases": len(cases), "threads": a.threads, "ctx": a.ctx, "draft": draft,
               "baseline": modes[0], "speed": speed, "mismatches": mismatches, "score": report, "runs": runs,
@@ -111,15 +115,27 @@ def main() -> int:
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1, ensure_ascii=False))
     print(format_report(report))
-    print(f"\n{'mode':8} {'tok/s':>7} {'ratio':>6} {'e2e':>6} {'tau':>5}  used")
+    print(f"\n{'mode':21} {'tok/s':>7} {'ratio':>6} {'e2e':>6} {'tau':>5}  {'used':21} committed tokens by source")
     for r in speed:
-        print(f"{r['mode']:8} {r['tok_per_s']:7.1f} {r['ratio']:6.3f} {r['ratio_end_to_end']:6.3f} "
-              f"{r['tau'] or '-':>5}  {','.join(r['used'])}")
+        share = " ".join(f"{k} {v:.0%}" for k, v in r["share"].items())
+        print(f"{r['mode']:21} {r['tok_per_s']:7.1f} {r['ratio']:6.3f} {r['ratio_end_to_end']:6.3f} "
+              f"{r['tau'] or '-':>5}  {','.join(r['used']):21} {share}")
     finished = sum(r["finish"] == "stop" for r in runs[modes[0]])
     closed = sum(r["closed_early"] for r in runs[modes[0]])
     print(f"ended before max_tokens: {finished}/{len(cases)} ({closed} closed early by the grammar); "
           f"mismatches against {modes[0]}: {mismatches or 'none'}")
     return 1 if mismatches else 0
+
+
+def _shares(runs: list[dict]) -> dict[str, float]:
+    """Of the tokens the speculating steps committed, the share each source wrote (the target:
+    verify bonus tokens and plain steps)."""
+    total: dict[str, int] = {}
+    for r in runs:
+        for k, v in r["by_source"].items():
+            total[k] = total.get(k, 0) + v
+    n = sum(total.values())
+    return {k: round(v / n, 3) for k, v in sorted(total.items(), key=lambda kv: -kv[1])} if n else {}
 
 
 def _run(eng: Engine, req) -> RequestHandle:

@@ -38,10 +38,16 @@ def best_slot(free: list, prompt: list[int]):
     return max(free, key=lambda s: (common_prefix(s.cached, prompt), -s.seq_id))
 
 
+def holder(drafter):
+    """Whose state a kept prefix is: the drafter's own, or the one a combined drafter drafts with
+    (grammar+lookup+dflash keeps the DFlash drafter's KV, which a plain dflash request may reuse)."""
+    return getattr(drafter, "holder", drafter)
+
+
 def costs_reuse(slot, prompt: list[int], drafter, least: int = 64) -> bool:
     """Would drafting with `drafter` give up a kept prefix of at least `least` tokens (it is a
     drafter that follows the KV but holds nothing for it)? Auto mode then prompt-looks-up."""
-    return (drafter is not None and hasattr(drafter, "keep_prefix") and slot.cached_drafter is not drafter
+    return (drafter is not None and hasattr(drafter, "keep_prefix") and slot.cached_drafter is not holder(drafter)
             and common_prefix(slot.cached, prompt) >= least)
 
 
@@ -61,7 +67,7 @@ def keep(slot, ctx: Context, ok: bool) -> None:
     if spec is not None:
         hold = getattr(spec.drafter, "keep_prefix", None)
         if hold is not None and n and not spec.retired and hold(slot.seq_id, n):
-            slot.cached_drafter = spec.drafter
+            slot.cached_drafter = holder(spec.drafter)
         else:
             spec.drafter.forget(slot.seq_id)
     if not ctx.forget(slot.seq_id, n):  # positions n.. (all of them when n = 0)
@@ -80,12 +86,12 @@ def reuse(slot, ctx: Context, prompt: list[int], drafter) -> int:
     """Trim the slot's kept KV to what `prompt` shares with it; returns the positions reused.
     At least the last prompt token is always decoded again (its logits start the answer)."""
     n = min(common_prefix(slot.cached, prompt), len(prompt) - 1)
-    kept = slot.cached_drafter
-    if kept is not None and kept is not drafter:
+    kept, mine = slot.cached_drafter, holder(drafter)
+    if kept is not None and kept is not mine:
         kept.forget(slot.seq_id)  # the new request does not draft with it
     if drafter is not None and hasattr(drafter, "keep_prefix"):
-        if kept is not drafter or not n or not drafter.keep_prefix(slot.seq_id, n):
-            if kept is drafter:
+        if kept is not mine or not n or not drafter.keep_prefix(slot.seq_id, n):
+            if kept is mine:
                 drafter.forget(slot.seq_id)
             n = 0
     n = max(n, 0)

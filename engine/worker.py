@@ -39,7 +39,7 @@ from .slot import Slot
 from .speculative.chooser import CostCurve, CurveMeasurement
 from .speculative.drafters.base import Drafter
 from .speculative.drafters.dflash import DFlashDrafter
-from .speculative.drafters.combined import GrammarLookupDrafter
+from .speculative.drafters.combined import GrammarLookupDrafter, SpanDFlashDrafter
 from .speculative.drafters.grammar import GrammarDrafter
 from .speculative.drafters.lookup import PromptLookupDrafter
 from .speculative.loop import Stepper
@@ -165,6 +165,8 @@ class Engine:
             drafter.close()
             self.draft_error = e.message
             log.error("DFlash draft not used: %s", e.message)
+            return
+        self.add_drafter(SpanDFlashDrafter(self.drafters["grammar+lookup"], drafter))
 
     def add_drafter(self, drafter: Drafter) -> None:
         """Make `drafter` available as speculative mode `drafter.name` (before the first request)."""
@@ -397,7 +399,8 @@ class Engine:
         """One decode of the cost-curve measurement (only while no request runs or waits)."""
         m = self._measuring
         if not m.primed:
-            prefix.drop(self._slots[m.seq_id], self.ctx)  # whatever that sequence kept: it is measured on
+            for seq_id in m.seq_ids:
+                prefix.drop(self._slots[seq_id], self.ctx)  # whatever these sequences kept: they are measured on
             if self._t_measure is None:
                 self._t_measure = time.perf_counter()
         try:

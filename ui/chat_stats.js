@@ -27,6 +27,17 @@ export function summaryText(meta) {
   return parts.join(" · ");
 }
 
+/** "JSON format 40% · the model itself 35% · ...": who wrote the answer's tokens, largest share first. */
+function sourcesText(bySource) {
+  const entries = Object.entries(bySource || {}).filter(([, n]) => n > 0).sort((a, b) => b[1] - a[1]);
+  const total = entries.reduce((sum, [, n]) => sum + n, 0);
+  if (!total) return null;
+  return entries.map(([source, n]) => {
+    const key = `chat.source_${source}`;
+    return `${t(key) === key ? source : t(key)} ${formatNumber((n / total) * 100, 0)}%`;
+  }).join(" · ");
+}
+
 function row(label, value) {
   return value === undefined || value === null || value === "" ? null : h("tr", {}, h("th", { scope: "row" }, label), h("td", {}, value));
 }
@@ -52,6 +63,7 @@ export function detailsButton(meta) {
     spec && spec.verifies ? row(t("chat.details_accepted"), `${spec.accepted} / ${spec.drafted}`) : null,
     spec?.speedup ? row(t("chat.details_speedup"), `${formatNumber(spec.speedup, 2)}×`) : null,
     spec?.plain_steps ? row(t("chat.details_plain_steps"), spec.plain_steps) : null,
+    spec && spec.verifies ? row(t("chat.details_sources"), sourcesText(spec.committed_by_source)) : null,
   );
   const positions = spec?.acceptance_by_position?.length
     ? h("figure", { class: "tau-chart" },

@@ -19,7 +19,8 @@ The step, one module per stage, joined by loop.py (Stepper.step):
               and DFlash v1 paths through a llama.cpp draft context; dflash_fit.py checks a
               draft against the target),
               lookup.py (prompt lookup), grammar.py (the text a request's grammar forces,
-              engine/gbnf.py), combined.py (that text, then prompt lookup after it)
+              engine/gbnf.py), combined.py (that text, then prompt lookup after it; and both
+              with the DFlash 2 lattice, merged in by span_lattice.py)
   select.py   select: the only code that turns a lattice into a path
   verify.py   verify: [anchor] + path as target batch rows, the target's choice at each
   accept.py   accept: greedy acceptance and rejection sampling (native/)
@@ -28,6 +29,7 @@ The step, one module per stage, joined by loop.py (Stepper.step):
 Policy, around the step:
   policy.py   at admission: whether a request speculates, with which drafter and block
   state.py    per request: block length per step, acceptance estimates (and DrafterRecord)
-  chooser.py  the cost model (this machine's verify-cost curve) that picks a path length
+  chooser.py  the cost model (this machine's verify-cost curve and surface over rows and
+              sequences) that picks a path length on the batch it joins
   params.py   the names and limits requests use: MODES, SELECTORS, MAX_BLOCK, SpecParams
 """

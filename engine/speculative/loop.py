@@ -32,6 +32,7 @@ from ..errors import EngineError
 from ..llama.context import Context
 from . import accept, constrain
 from .drafters.base import Proposal, SeqView
+from .chooser import StepBatch, expected_committed
 from .params import MAX_BLOCK
 from .select import Path, path_from
 from .verify import add_verify_rows, target_argmax, target_logits, token_logprobs
@@ -99,9 +100,16 @@ class Stepper:
         return gen
 
     def _plan(self, slots: list) -> list[Work]:
-        # a free drafter (no model call) is asked for the longest path; its length is chosen on what it offers
-        want = {s.seq_id: s.spec.path_cap(s) if getattr(s.spec.drafter, "free", False) else s.spec.path_len(s)
-                for s in slots if s.spec is not None and not s.prefilling}
+        # Each path is priced on the batch it joins (the other slots' rows and what they commit); a
+        # free drafter (no model call) is asked for the longest path and priced on what it offers.
+        decoding = [s for s in slots if not s.prefilling]
+        chunks = sum(len(s.pending) for s in slots if s.prefilling)
+        self._batch = StepBatch(len(decoding) + min(chunks, self.ctx.batch.capacity), len(slots), len(decoding))
+        want = {}
+        for s in decoding:
+            if s.spec is not None:
+                free = getattr(s.spec.drafter, "free", False)
+                want[s.seq_id] = s.spec.path_cap(s) if free else self._price(s)
         if self.max_rows is not None:  # the step's rows: one per slot, then paths while room lasts
             room = self.max_rows - len(slots)
             for seq_id in want:
@@ -137,17 +145,23 @@ class Stepper:
                 slot.spec.observe_draft_cost(share - catch_up)
                 path = self._select(slot, prop, n_draft)
                 if getattr(drafter, "free", False) and path.tokens:
-                    path = Path(path.tokens[:slot.spec.path_len(slot, available=len(path.tokens))])
+                    path = path.head(self._price(slot, available=len(path.tokens)))
                 if path.tokens:  # an empty path: this sequence decodes plainly this step
                     out[slot.seq_id] = path
         return out
+
+    def _price(self, slot, available: int | None = None) -> int:
+        """The slot's path length on this step's batch, which then carries it."""
+        t = slot.spec.path_len(slot, available, self._batch)
+        self._batch.add(t, expected_committed(slot.spec.accept_rate, t), slot.spec.draft_ms)
+        return t
 
     def _select(self, slot, prop: Proposal, n_draft: int) -> Path:
         """The select stage for a lattice: the slot's selector at temperature 0; at T > 0 a path
         drawn from q = softmax(S / T), which acceptance needs to stay lossless. A drafter's
         own path passes as it is, a point mass."""
         if prop.lattice is None:
-            return Path(prop.path[:n_draft])
+            return Path(prop.path[:n_draft], sources=prop.sources[:n_draft] if prop.sources else None)
         t0 = time.perf_counter()
         spec = slot.spec
         if spec.dist is None:
@@ -223,7 +237,8 @@ class Stepper:
             n, bonus = accept.accept_sample(p, path.tokens, path.cand_ids, path.cand_q, u)
             if grammar is not None:
                 constrain.advance(grammar, list(path.tokens[:n]) + [int(bonus)])
-        spec.stats.record(len(path.tokens), n)
+        own = getattr(spec.drafter, "source", spec.drafter.name)  # a combined drafter names its parts
+        spec.stats.record(len(path.tokens), n, [src or own for src in (path.sources or [None] * n)[:n]])
         spec.stats.verify_ms += verify_ms
         spec.observe_acceptance(len(path.tokens), n)
         return list(path.tokens[:n]) + [int(bonus)]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidRequest
 
-MODES = ("auto", "off", "dflash", "lookup", "grammar", "grammar+lookup")
+MODES = ("auto", "off", "dflash", "lookup", "grammar", "grammar+lookup", "grammar+lookup+dflash")
 SELECTORS = ("walk", "viterbi", "dp", "top1")
 MAX_BLOCK = 16
 
@@ -30,7 +30,7 @@ class SpecParams:
 
 @dataclass
 class SpecStats:
-    mode: str = "off"  # what actually ran: off | lookup | dflash | grammar | grammar+lookup
+    mode: str = "off"  # what actually ran: off or one of MODES' drafters
     selector: str | None = None
     verifies: int = 0
     drafted: int = 0  # path tokens sent to verification
@@ -43,6 +43,7 @@ class SpecStats:
     verify_ms: float = 0.0  # this request's share of target batches that carried its verify rows
     plain_steps: int = 0  # steps decoded without speculation (the chooser found plain faster)
     plain_ms: float = 0.0  # target time of those steps
+    accepted_from: dict[str, int] = field(default_factory=dict)  # accepted path tokens per source (grammar, ...)
 
     @property
     def tau(self) -> float:
@@ -60,7 +61,11 @@ class SpecStats:
         spent = self.draft_ms + self.select_ms + self.verify_ms + self.plain_ms
         return round((self.committed + self.plain_steps) * per_token / spent, 2) if spent > 0 else None
 
-    def record(self, n_drafted: int, n_accepted: int) -> None:
+    def record(self, n_drafted: int, n_accepted: int, sources: list[str] | None = None) -> None:
+        """One verify: n_accepted of n_drafted path tokens accepted; `sources` names where each
+        accepted token came from (the drafter, or a combined drafter's part)."""
+        for src in sources or ():
+            self.accepted_from[src] = self.accepted_from.get(src, 0) + 1
         self.verifies += 1
         self.drafted += n_drafted
         self.accepted += n_accepted
@@ -83,4 +88,6 @@ class SpecStats:
             "accepted_at": list(self.accepted_at), "drafted_at": list(self.drafted_at),
             "draft_ms": round(self.draft_ms, 2), "select_ms": round(self.select_ms, 3),
             "verify_ms": round(self.verify_ms, 2), "plain_ms": round(self.plain_ms, 2),
+            # committed tokens by who wrote them: drafters' accepted tokens, the target's bonus and plain steps
+            "committed_by_source": dict(self.accepted_from, target=self.verifies + self.plain_steps),
         }

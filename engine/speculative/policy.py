@@ -5,7 +5,9 @@ holds the drafters the engine has, what each has shown here across requests
 (`DrafterRecord`), and the machine's verify-cost curve once measured; `state_for` turns a
 request into a `SpecState` (or None: plain decoding). Auto mode picks the DFlash draft
 (DFlash 2 or v1 alike) unless its record shows it useless or no faster than plain decoding on this machine, then
-prompt lookup, and gives the draft a request now and then so its record stays current.
+prompt lookup, and gives the draft a request now and then so its record stays current. A
+request with a grammar gets the grammar's forced spans on top of either (grammar+lookup,
+grammar+lookup+dflash).
 What it is not: the per-step choice of path length (chooser.py, state.py) or the step
 itself (loop.py). It never touches a llama.cpp context.
 """
@@ -61,8 +63,9 @@ class Policy:
             mode = self.auto_drafter()
             if costs_reuse(slot, prompt, self.drafters.get(mode)):
                 mode = "lookup"  # re-decoding a long shared prompt would cost more than the draft earns
-            if constrained and mode == "lookup" and "grammar+lookup" in self.drafters:
-                mode = "grammar+lookup"
+            if constrained:  # the grammar's forced spans join whichever drafter auto chose
+                mode = {"lookup": "grammar+lookup", "dflash": "grammar+lookup+dflash"}.get(mode, mode)
+                mode = mode if mode in self.drafters else "grammar+lookup"
         if mode not in self.drafters:
             return None
         if sampling.presence_penalty or sampling.frequency_penalty:
@@ -77,7 +80,7 @@ class Policy:
         curve = None if params.block else self.curve
         drafter = self.drafters[mode]
         # the path selector works on a lattice: a v1 draft (or lookup) proposes its path itself
-        lattice = mode == "dflash" and getattr(drafter, "kind", "dflash2") == "dflash2"
+        lattice = getattr(drafter, "kind", "dflash2" if mode == "dflash" else None) == "dflash2"
         selector = (params.selector or self.selector) if lattice else None
         info = getattr(drafter, "info", None)  # a DFlash draft cannot draft past its block_size
         block = min(params.block or self.block, info.block_size if info else MAX_BLOCK, self.max_block)

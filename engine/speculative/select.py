@@ -37,6 +37,13 @@ class Path:
     tokens: list[int]  # [T] token ids for slots 1..T
     cand_ids: np.ndarray | None = None  # [T, K] int32 the candidates a drawn path chose among
     cand_q: np.ndarray | None = None  # [T, K] float32 q over them (rows sum to 1); None = a point mass
+    sources: list[str | None] | None = None  # [T] where each token came from; None (or an entry None): the drafter
+
+    def head(self, n: int) -> "Path":
+        """The first n tokens of this path."""
+        def cut(a):
+            return None if a is None else a[:n]
+        return Path(self.tokens[:n], cut(self.cand_ids), cut(self.cand_q), cut(self.sources))
 
 
 def path_from(lattice: DraftLattice, T: int, selector: str, temperature: float = 0.0, uniforms=None) -> Path:
@@ -48,7 +55,10 @@ def path_from(lattice: DraftLattice, T: int, selector: str, temperature: float =
     else:
         unary = None if lattice.unary is None else lattice.unary[:T]
         sel = select(lattice.rows, T, lattice.top_k, selector, unary=unary)
-    return Path(sel.ids.tolist(), sel.cand_ids, sel.q)
+    origin = lattice.origin  # a merged span's tokens are its last candidate
+    sources = None if origin is None else [origin[t] if i == lattice.top_k - 1 and t < len(origin) else None
+                                           for t, i in enumerate(sel.idx.tolist())]
+    return Path(sel.ids.tolist(), sel.cand_ids, sel.q, sources)
 
 
 @dataclass

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ..llama.sampler import TargetDistribution
-from .chooser import CostCurve, choose_path_len, expected_committed
+from .chooser import CostCurve, StepBatch, choose_path_len, expected_committed
 from .drafters.base import Drafter
 from .params import MAX_BLOCK, SpecParams, SpecStats
 
@@ -103,15 +103,15 @@ class SpecState:
                     slot.max_new - len(slot.output) - 1)  # accepted + bonus must fit max_tokens
         return 0 if self.retired else max(t_max, 0)
 
-    def path_len(self, slot, available: int | None = None) -> int:
-        """Path tokens to draft this step (of the `available` a free drafter already offers):
-        0 means decode plainly."""
+    def path_len(self, slot, available: int | None = None, batch: StepBatch | None = None) -> int:
+        """Path tokens to draft this step (of the `available` a free drafter already offers), priced
+        on the step's `batch` (None: this sequence alone): 0 means decode plainly."""
         t_max = self.path_cap(slot) if available is None else min(self.path_cap(slot), available)
         if t_max <= 0:
             return 0
         if self.curve is None:
             return t_max
-        t = choose_path_len(self.accept_rate, t_max, self.curve, self.draft_ms)
+        t = choose_path_len(self.accept_rate, t_max, self.curve, self.draft_ms, batch)
         self._probing = False
         if t == 0:
             self._plain_run += 1

@@ -1,6 +1,7 @@
-"""The verify-cost curve is measured while the engine is idle (issue 16): a request that comes
-first decodes plainly at once instead of waiting seconds for the measurement, the output is the
-same either way, and the curve, once measured, is kept beside the model for the next start."""
+"""The verify-cost curve (and its surface over rows and sequences) is measured while the engine
+is idle (issue 16): a request that comes first decodes plainly at once instead of waiting
+seconds for the measurement, the output is the same either way, and the curve, once measured,
+is kept beside the model for the next start."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 
 from conftest import TEST_CTX
 from engine import Engine, EngineConfig, SamplingParams
-from engine.speculative.chooser import MAX_ROWS, CostCurve
+from engine.speculative.chooser import MAX_ROWS, ROWS_PER_SEQ, CostCurve
 
 GREEDY = SamplingParams(temperature=0)
 ORDER = [{"role": "user", "content": "Repeat exactly: 200 mugs, white, logo on both sides, ship to Taichung."}]
@@ -32,6 +33,10 @@ def test_requests_before_the_curve_decode_plainly_and_the_curve_is_kept(model_pa
         assert kept["n_threads"] == 2 and len(kept["verify_ms"]) == MAX_ROWS + 1
         ms = kept["verify_ms"][1:]
         assert all(a > 0 for a in ms) and ms == sorted(ms)  # c(1..16): positive, never cheaper with more rows
+        # the surface over the sequences this context holds (2): 1..16 rows each, positive, rising
+        assert len(kept["batch_ms"]) == 1 and len(kept["batch_ms"][0]) == len(ROWS_PER_SEQ)
+        two = kept["batch_ms"][0]
+        assert all(a > 0 for a in two) and two == sorted(two)
 
         # The paused and resumed measurement left nothing behind: answers are still plain decoding's,
         # now with the chooser (auto: prompt lookup, no draft here).

@@ -34,6 +34,7 @@ class Lattice:
     rows: np.ndarray  # [B, n_embd] float32, B = anchor + drafted slots
     top_k: int  # K
     unary: np.ndarray | None = None  # [B-1, K] float32 the draft's logit of each candidate (top1); if asked
+    origin: list[str | None] | None = None  # [B-1] the source of candidate K-1 where a span was merged in
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Proposal:
 
     path: list[int] = field(default_factory=list)  # [T] tokens for slots 1..T after the anchor
     lattice: Lattice | None = None
+    sources: list[str] | None = None  # [T] where each path token came from (a combined drafter); None: its own
     skipped: str | None = None  # why nothing was offered (diagnostics)
     # Timings of the draft call this proposal came from, shared with the other sequences in it:
     draft_ms: float = 0.0  # the block decode

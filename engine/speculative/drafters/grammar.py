@@ -32,7 +32,7 @@ class _Follow:
     def __init__(self, grammar: gbnf.Grammar, text: str):
         self.g, self.text = grammar, text
         self.state = grammar.start()
-        self.fed = 0  # output tokens followed
+        self.seen: list[int] = []  # the output tokens followed
         self.prev = ""  # the last character followed
         self.habit = dict(HABIT)
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -93,14 +93,15 @@ class GrammarDrafter:
     def _follow(self, view: SeqView) -> _Follow | None:
         out = view.tokens[view.n_prompt:]
         f = self._seqs.get(view.seq_id)
-        if f is None or f.text is not view.grammar and f.text != view.grammar or f.fed > len(out):
+        # a new request in this sequence (another grammar, or an output that is not this one's)
+        if f is None or f.text is not view.grammar and f.text != view.grammar or out[:len(f.seen)] != f.seen:
             try:
                 f = self._seqs[view.seq_id] = _Follow(gbnf.parse(view.grammar), view.grammar)
             except gbnf.GrammarError:
                 return None
-        for tok in out[f.fed:]:
+        for tok in out[len(f.seen):]:
             f.feed(self.model.piece(tok))
-        f.fed = len(out)
+        f.seen = out
         return f
 
     def observe(self, committed) -> None:

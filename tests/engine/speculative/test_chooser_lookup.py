@@ -1,6 +1,6 @@
 """The block-length chooser and prompt lookup: pure logic, no model."""
 
-from engine.speculative.chooser import CostCurve, choose_path_len, expected_committed
+from engine.speculative.chooser import ROWS_PER_SEQ, SEQS, CostCurve, StepBatch, choose_path_len, expected_committed
 from engine.speculative.drafters.lookup import PromptLookupDrafter
 
 # This machine's shape of the cost curve (DESIGN.md §5): nearly linear on a 2-core CPU.
@@ -28,6 +28,38 @@ def test_speculates_where_it_pays():
 def test_draft_cost_counts():
     assert choose_path_len([0.9] * 7, 7, GPU, draft_ms=0.0) > 0
     assert choose_path_len([0.9] * 7, 7, GPU, draft_ms=1000.0) == 0
+
+
+# A CPU surface: a decode costs a fixed part plus about 3.3 ms per row, whoever's rows they are
+SURFACE = CostCurve(CPU.verify_ms, 2, 256, [[7.0 + 3.3 * (s * r - 1) for r in ROWS_PER_SEQ] for s in SEQS])
+
+
+def test_the_surface_prices_rows_over_sequences():
+    assert SURFACE.batch_cost(5, 1) == CPU.cost(5)  # one sequence: the curve itself
+    assert SURFACE.batch_cost(4, 4) == 7.0 + 3.3 * 3  # measured points
+    assert SURFACE.batch_cost(32, 4) == 7.0 + 3.3 * 31
+    assert SURFACE.batch_cost(12, 4) == 7.0 + 3.3 * 11  # 3 rows each: between the measured 2 and 4
+    assert SURFACE.batch_cost(3, 3) == (SURFACE.batch_cost(2, 2) + SURFACE.batch_cost(4, 4)) / 2
+    assert SURFACE.batch_cost(16, 16) == 2 * SURFACE.batch_cost(8, 8)  # past 8 sequences: proportional
+    assert SURFACE.batch_cost(64, 2) > SURFACE.batch_cost(32, 2)  # a prompt chunk beside: the slope goes on
+    alone = CostCurve(CPU.verify_ms, 2, 256)  # a curve without the surface prices as one sequence
+    assert alone.batch_cost(4, 4) == CPU.cost(4)
+
+
+def test_a_path_is_priced_on_the_batch_it_joins():
+    rates = [0.9] * 7
+    alone = choose_path_len(rates, 7, SURFACE)
+    assert alone == choose_path_len(rates, 7, SURFACE, batch=StepBatch())  # alone: the batch of one
+    assert alone > 0
+    # beside 3 other streams each row costs the same 3.3 ms but the step already commits 4 tokens:
+    # a path must beat 4 tokens per c(4), not 1 per c(1)
+    assert choose_path_len(rates, 7, SURFACE, batch=StepBatch(rows=4, seqs=4, tokens=4.0)) < alone
+    assert choose_path_len([0.99] * 7, 7, SURFACE, batch=StepBatch(rows=8, seqs=8, tokens=8.0)) > 0
+    b = StepBatch(rows=4, seqs=4, tokens=4.0)
+    b.add(3, 2.5, 1.0)
+    assert (b.rows, b.tokens, b.draft_ms) == (7, 5.5, 1.0)
+    b.add(0, 1.0, 9.0)  # plain: nothing joins
+    assert (b.rows, b.tokens, b.draft_ms) == (7, 5.5, 1.0)
 
 
 def test_lookup_proposes_what_followed_the_latest_match():
