@@ -7,7 +7,7 @@ request into a `SpecState` (or None: plain decoding). Auto mode picks the DFlash
 (DFlash 2 or v1 alike) unless its record shows it useless or no faster than plain decoding on this machine, then
 prompt lookup, and gives the draft a request now and then so its record stays current. A
 request with a grammar gets the grammar's forced spans on top of either (grammar+lookup,
-grammar+lookup+dflash).
+grammar+lookup+dflash), the draft only while it adds speed to the spans.
 What it is not: the per-step choice of path length (chooser.py, state.py) or the step
 itself (loop.py). It never touches a llama.cpp context.
 """
@@ -38,6 +38,7 @@ class Policy:
         self.drafters: dict[str, Drafter] = {}
         self.records: dict[str, DrafterRecord] = {}  # what each drafter has shown here, across requests
         self._auto_requests = 0
+        self._auto_constrained = 0
 
     @property
     def max_block(self) -> int:
@@ -64,8 +65,7 @@ class Policy:
             if costs_reuse(slot, prompt, self.drafters.get(mode)):
                 mode = "lookup"  # re-decoding a long shared prompt would cost more than the draft earns
             if constrained:  # the grammar's forced spans join whichever drafter auto chose
-                mode = {"lookup": "grammar+lookup", "dflash": "grammar+lookup+dflash"}.get(mode, mode)
-                mode = mode if mode in self.drafters else "grammar+lookup"
+                mode = "grammar+lookup+dflash" if mode == "dflash" and self._draft_adds() else "grammar+lookup"
         if mode not in self.drafters:
             return None
         if sampling.presence_penalty or sampling.frequency_penalty:
@@ -87,6 +87,22 @@ class Policy:
         dist = None if sampling.greedy else TargetDistribution(sampling, self.n_vocab)
         return SpecState(params, drafter, block, self.n_ctx, curve, selector, self.records[mode], dist=dist,
                          seed=sampling.seed)
+
+    def _draft_adds(self) -> bool:
+        """For a request with a grammar: is the draft worth its call beside the forced and copied
+        spans? Yes until the combined drafter has EXPLORE_TRIALS first-position trials here, then
+        only while its record is faster than grammar+lookup's on this machine's curve (on work
+        orders the spans write nearly everything and the draft's call is pure cost), with every
+        REFRESH-th such request trying it again."""
+        mixed, spans = self.records.get("grammar+lookup+dflash"), self.records.get("grammar+lookup")
+        if mixed is None:
+            return False
+        if mixed.trials[0] < EXPLORE_TRIALS or self.curve is None or spans is None:
+            return True
+        if mixed.speed(self.curve, self.max_block - 1) > spans.speed(self.curve, self.max_block - 1):
+            return True
+        self._auto_constrained += 1
+        return self._auto_constrained % REFRESH == 0
 
     def auto_drafter(self) -> str:
         """The drafter auto mode uses for the next request: the DFlash draft, unless its record

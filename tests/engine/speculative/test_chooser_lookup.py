@@ -159,3 +159,26 @@ def test_a_drafter_that_never_hits_is_marked_useless():
         st.stats.record(3, 1)
     st.free()
     assert not good.useless()
+
+
+def test_auto_adds_the_draft_to_the_spans_only_while_it_pays():
+    from engine.speculative.policy import EXPLORE_TRIALS, REFRESH, Policy
+
+    class Named:
+        def __init__(self, name):
+            self.name = name
+
+    policy = Policy(mode="auto", selector="walk", block=8, n_ctx=4096, n_vocab=100)
+    for name in ("grammar+lookup", "grammar+lookup+dflash"):
+        policy.add(Named(name))
+    policy.curve = CPU
+    assert policy._draft_adds()  # not tried yet: it is
+    spans, mixed = policy.records["grammar+lookup"], policy.records["grammar+lookup+dflash"]
+    for rec, draft_ms in ((spans, 0.0), (mixed, 6.0)):  # the same acceptance; the draft's call costs 6 ms
+        rec.hits, rec.trials, rec.draft_ms = [90.0] * 15, [100.0] * 15, draft_ms
+    assert mixed.trials[0] >= EXPLORE_TRIALS
+    picks = [policy._draft_adds() for _ in range(2 * REFRESH)]
+    assert picks.count(True) == 2 and picks[REFRESH - 1]  # only the refreshes
+    mixed.draft_ms = 0.0
+    mixed.hits = [99.0] * 15  # now it is the faster one
+    assert policy._draft_adds()
