@@ -6,6 +6,7 @@ Temperature 0 is greedy (argmax), exactly reproducible; a seed makes sampling re
 
 from __future__ import annotations
 
+import ctypes
 import math
 from dataclasses import dataclass
 
@@ -24,7 +25,8 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        # the temperature llama.cpp's sampler gets is a float32: below about 1e-45 it is 0, an argmax
+        return ctypes.c_float(self.temperature).value <= 0.0
 
     def validate(self) -> None:
         checks = [

@@ -88,7 +88,7 @@ class SpecState:
         self.retired = False  # auto mode found this drafter useless here: plain to the end, no drafter work
         # Sampling (temperature > 0): the target's distribution and this request's own RNG.
         self.dist = dist
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(None if seed is None else seed % 2**64)  # a seed may be negative (-1)
 
     def free(self) -> None:
         """The request ended: pool what it learned, free the sampler."""
