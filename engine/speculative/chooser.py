@@ -108,7 +108,10 @@ class CurveMeasurement:
         self.ctx, self.n_threads, self.reps = ctx, n_threads, reps
         self.context_tokens = max(1, min(context_tokens, ctx.n_ctx_seq - MAX_ROWS))
         self.filler = ctx.model.bos_id if ctx.model.bos_id >= 0 else 0
-        self.seqs = [s for s in SEQS if s <= seq_id + 1 and s * MAX_ROWS <= ctx.batch.capacity]
+        # The surface over sequences would decode filler into other slots' sequences and lose the
+        # prompt prefixes they keep (a regression test_rollback_memory caught): off until it can
+        # measure on sequences of its own.
+        self.seqs: list[int] = []
         self.seq_ids = list(range(seq_id + 1 - max(self.seqs, default=1), seq_id + 1))  # the last is c(k)'s
         self.points = [(1, k) for k in range(1, MAX_ROWS + 1)] + [(s, r) for s in self.seqs for r in ROWS_PER_SEQ]
         self.times: dict[tuple[int, int], list[float]] = {p: [] for p in self.points}  # (seqs, rows each) -> ms

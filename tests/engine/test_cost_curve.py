@@ -9,7 +9,7 @@ import json
 
 from conftest import TEST_CTX
 from engine import Engine, EngineConfig, SamplingParams
-from engine.speculative.chooser import MAX_ROWS, ROWS_PER_SEQ, CostCurve
+from engine.speculative.chooser import MAX_ROWS, CostCurve
 
 GREEDY = SamplingParams(temperature=0)
 ORDER = [{"role": "user", "content": "Repeat exactly: 200 mugs, white, logo on both sides, ship to Taichung."}]
@@ -33,10 +33,7 @@ def test_requests_before_the_curve_decode_plainly_and_the_curve_is_kept(model_pa
         assert kept["n_threads"] == 2 and len(kept["verify_ms"]) == MAX_ROWS + 1
         ms = kept["verify_ms"][1:]
         assert all(a > 0 for a in ms) and ms == sorted(ms)  # c(1..16): positive, never cheaper with more rows
-        # the surface over the sequences this context holds (2): 1..16 rows each, positive, rising
-        assert len(kept["batch_ms"]) == 1 and len(kept["batch_ms"][0]) == len(ROWS_PER_SEQ)
-        two = kept["batch_ms"][0]
-        assert all(a > 0 for a in two) and two == sorted(two)
+        assert kept["batch_ms"] == []  # no surface over sequences yet: it would cost kept prefixes
 
         # The paused and resumed measurement left nothing behind: answers are still plain decoding's,
         # now with the chooser (auto: prompt lookup, no draft here).
