@@ -9,8 +9,8 @@ Its scores are log-probabilities, so the selectors' softmax gives back exactly:
   - after the span slot (or the anchor, at t = 1): the span token with p (the source's measured
     acceptance where the draft's best guess is, or is not, the same token), the draft's candidates
     with (1 - p) times the draft's own distribution;
-  - after a draft candidate: the draft's distribution, the span token with 0 (the span is text
-    after the span, not after another token);
+  - after a draft candidate: the draft's distribution, the span token with 0 (the span continues
+    its own tokens, not another candidate's path);
   - a span token that is also one of the draft's candidates takes that candidate's mass too, and
     the candidate itself gets none, so no id is offered twice with weight;
   - past the span's end the span slot is dead (weight 0), and what follows the span's last token is
