@@ -199,9 +199,10 @@ def child(args, name: str, switch: str) -> dict:
 SYNTHETIC_VOCAB = 32000  # llama 2's size: the output matmul's real shape
 
 
-def random_model(out: Path, n_layer: int, n_embd: int, tokenizer_from: str | None = None) -> None:
+def random_model(out: Path, n_layer: int, n_embd: int, tokenizer_from: str | None = None,
+                 quant: str = "Q4_K_M") -> None:
     """An 8B-shaped llama (32 layers, 4096 wide, GQA 32/8, FFN 14336) with random F16 weights,
-    quantized to Q4_K_M: real kernel shapes for cost and exactness, not for acceptance. Written on
+    quantized to `quant` (Q4_K_M; Q4_0, Q8_0, ...): real kernel shapes for cost and exactness, not for acceptance. Written on
     the GPU machine itself (16 GB before quantizing), so nothing has to travel there. Its tokenizer
     is the GGUF `tokenizer_from`'s, or a synthetic SentencePiece-style one of SYNTHETIC_VOCAB tokens."""
     import gguf
@@ -262,7 +263,7 @@ def random_model(out: Path, n_layer: int, n_embd: int, tokenizer_from: str | Non
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    quantize(f16, out, "Q4_K_M")
+    quantize(f16, out, quant)
     f16.unlink()
 
 
@@ -276,6 +277,7 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="fewer sizes and prompts (a CPU try of the script)")
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--embd", type=int, default=4096)
+    ap.add_argument("--quant", default="Q4_K_M", help="random-model: the quantization (Q4_K_M, Q4_0, Q8_0, ...)")
     ap.add_argument("--tokenizer-from", help="random-model: a GGUF whose tokenizer it gets (default: a synthetic one)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "gpu_check.json"))
     args = ap.parse_args()
@@ -283,7 +285,7 @@ def main() -> int:
         part(args)
         return 0
     if args.command == "random-model":
-        random_model(Path(args.model), args.layers, args.embd, args.tokenizer_from)
+        random_model(Path(args.model), args.layers, args.embd, args.tokenizer_from, args.quant)
         return 0
     report = {"system_info": ggml.system_info(), "model": Path(args.model).name}
     for name in ("exactness", "speculative", "cost"):

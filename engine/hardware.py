@@ -99,16 +99,15 @@ def exactness_promise(gpu_offload: bool) -> str:
     if ggml.uses_llamafile():
         return ("speculation would not be exact: this build uses llamafile's sgemm. "
                 "HINT: reinstall with scripts/setup.sh")
+    kind = "graphics-card build" if gpu_offload else "CPU build"
     if mode and mode.isdigit():
-        return (f"graphics-card build with flashdesk's batch-invariant patch: verify batches of up to {mode} rows "
+        return (f"{kind} with flashdesk's batch-invariant patch: verify batches of up to {mode} rows "
                 "should compute like single tokens; the engine measures it when a model loads")
     if mode == "off":
-        return ("graphics-card build with flashdesk's batch-invariant patch, switched off (GGML_BATCH_INVARIANT=0): "
-                "speculation stays off on the graphics card")
-    if gpu_offload:
-        return ("graphics-card build without flashdesk's batch-invariant patch: speculation stays off on the "
-                "graphics card. HINT: reinstall with scripts/setup.sh")
-    return "CPU build: verify rows compute like single tokens at every batch size (measured when a model loads)"
+        return (f"{kind} with flashdesk's batch-invariant patch, switched off (GGML_BATCH_INVARIANT=0): "
+                "speculation stays off where the rows differ (measured when a model loads)")
+    return (f"{kind} without flashdesk's batch-invariant patch: speculation stays off where verify rows differ "
+            "from single tokens (measured when a model loads). HINT: reinstall with scripts/setup.sh")
 
 
 def machine() -> tiers.Machine:

@@ -1,12 +1,11 @@
-"""llama-cpp-python's source with flashdesk's patches to llama.cpp applied, for GPU builds.
+"""llama-cpp-python's source with flashdesk's patches to llama.cpp applied, for every build.
 
     python scripts/llama_source.py unpack DEST   # prints the patched source folder (pip wheel it)
     python scripts/llama_source.py digest        # 12 hex digits naming the patch set (wheelhouse keys)
     python scripts/llama_source.py check         # the patches apply to the pinned sdist (nothing kept)
 
-The CUDA and Metal builds (scripts/setup.sh, installers/windows/build.ps1,
-installers/macos/build.sh) are built from this folder with -DGGML_BATCH_INVARIANT=ON; the
-CPU build is built from PyPI's sdist as it is. The patches live in native/llama-patches/
+The CPU, CUDA and Metal builds (scripts/setup.sh, installers/windows/build.ps1,
+installers/macos/build.sh) are built from this folder with -DGGML_BATCH_INVARIANT=ON. The patches live in native/llama-patches/
 (its README says what each hunk does) and are applied in name order, with `git apply`,
 which refuses a patch that does not apply exactly.
 
@@ -28,7 +27,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCHES = ROOT / "native" / "llama-patches"
-GPU_FLAG = "-DGGML_BATCH_INVARIANT=ON"  # what a patched build adds to its CMake flags
 
 
 def pinned_version() -> str:

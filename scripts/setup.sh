@@ -6,7 +6,7 @@
 # flashdesk needs llamafile's sgemm OFF: with it, a batch of k >= 2 rows goes through
 # other matmul kernels than a single token, and the target's logits in a speculative
 # verify differ from plain decoding (measured: up to 0.7 on SmolLM2), which breaks
-# the lossless guarantee at near-ties. Add GPU flags through CMAKE_ARGS as usual,
+# the lossless guarantee at near-ties. The batch-invariant patch keeps the band off it too. Add GPU flags through CMAKE_ARGS as usual,
 # e.g. CMAKE_ARGS="-DGGML_CUDA=on" bash scripts/setup.sh
 # FLASHDESK_PORTABLE=1 builds llama.cpp for other people's computers (GGML_NATIVE=OFF: ggml's
 # AVX2/FMA/F16C baseline instead of this CPU's every instruction, which would crash older
@@ -30,21 +30,16 @@ if [ -z "${FLASHDESK_PORTABLE:-}" ] && [ "$(uname -m)" = x86_64 ]; then
   no_amx=" -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'"
 fi
 flags="-DGGML_LLAMAFILE=OFF${FLASHDESK_PORTABLE:+ -DGGML_NATIVE=OFF}${no_amx}${CMAKE_ARGS:+ $CMAKE_ARGS}"
-# A CUDA or Metal build (Metal is llama.cpp's default on a Mac) is built from the source with
-# flashdesk's patches (native/llama-patches/README.md: GPU verify rows computed like single tokens),
-# its wheelhouse named by the patch set too. The CPU build is PyPI's sdist as it is.
-src=("llama-cpp-python==$LLAMA_VERSION")
-key="$flags"
-if grep -Eqi -- '-DGGML_(CUDA|METAL)=(on|1|true|yes)( |$)' <<<"$flags" \
-    || { [ "$(uname -s)" = Darwin ] && ! grep -Eqi -- '-DGGML_METAL=(off|0|false|no)( |$)' <<<"$flags"; }; then
-  flags="$flags -DGGML_BATCH_INVARIANT=ON"
-  key="$flags patches=$("$PYTHON" scripts/llama_source.py digest)"
-fi
+# Every build, CPU, CUDA or Metal, is built from the source with flashdesk's patches
+# (native/llama-patches/README.md: verify rows computed like single tokens, on the CPU too), its
+# wheelhouse named by the patch set as well as the flags.
+flags="$flags -DGGML_BATCH_INVARIANT=ON"
+key="$flags patches=$("$PYTHON" scripts/llama_source.py digest)"
 house="${FLASHDESK_WHEELHOUSE:-$HOME/.cache/flashdesk-wheels}/$(printf '%s' "$key" | sha256sum | cut -c1-12)"
 if ! compgen -G "$house/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
   echo "Building llama.cpp (llama-cpp-python $LLAMA_VERSION, $flags): about 5 minutes on 2 cores ..."
-  [ "$key" = "$flags" ] || src=("$("$PYTHON" scripts/llama_source.py unpack "$house.src")")
-  CMAKE_ARGS="$flags" "${PIP[@]}" wheel --no-cache-dir --no-deps "${src[@]}" -w "$house"
+  src="$("$PYTHON" scripts/llama_source.py unpack "$house.src")"
+  CMAKE_ARGS="$flags" "${PIP[@]}" wheel --no-cache-dir --no-deps "$src" -w "$house"
   rm -rf "$house.src"
 fi
 # A venv that holds a build with other flags gets this one (pip would keep any 0.3.36).

@@ -84,7 +84,9 @@ function speculationFacts(health, system) {
   // The same facts in both answers (server/speculation.py); /health is polled, so fresher.
   const sp = (health?.status === "ready" ? health.speculation : null) || system.speculation;
   if (!sp) return { text: t("models.speed_unknown"), cls: "muted", why: null };
-  if (sp.enabled && sp.exact && sp.max_rows) { // a graphics card exact only up to a band of rows (server/speculation.py)
+  // a graphics card exact only up to a band of rows (server/speculation.py); the processor's band (16) is wider
+  // than any verify flashdesk makes, so it goes unsaid there
+  if (sp.enabled && sp.exact && sp.max_rows && system.backend && system.backend !== "cpu") {
     return { text: t("models.speed_on_gpu", { n: sp.max_rows - 1 }), cls: "ok-text", why: sp.exact_why };
   }
   if (sp.enabled && sp.exact) return { text: t("models.speed_on"), cls: "ok-text", why: sp.exact_why };

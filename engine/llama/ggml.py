@@ -85,16 +85,20 @@ def uses_llamafile() -> bool:
 
 
 def batch_invariant() -> str | None:
-    """The GPU backend's `BATCH_INVARIANT` feature (native/llama-patches): the band of batch widths
-    it computes alike ("8"), "off" when switched off at run time (GGML_BATCH_INVARIANT=0), or None
-    for a build without the patch (every CPU build, a stock GPU build)."""
-    m = re.search(r"BATCH_INVARIANT = (\w+)", system_info())
-    return m.group(1) if m else None
+    """The backends' `BATCH_INVARIANT` feature (native/llama-patches): the band of batch widths every
+    backend of the build computes alike ("16" on the CPU, "8" where a GPU backend is there too, the
+    narrowest band), "off" when switched off at run time (GGML_BATCH_INVARIANT=0), or None for a
+    build without the patch (a stock build)."""
+    values = re.findall(r"BATCH_INVARIANT = (\w+)", system_info())
+    if not values:
+        return None
+    bands = [int(v) for v in values if v.isdigit()]
+    return str(min(bands)) if len(bands) == len(values) else "off"
 
 
 def row_band() -> int | None:
     """The most rows a batch may hold and still compute each row as a single-token decode would,
-    on a patched GPU build with the mode on; None where the build promises no band."""
+    on a patched build with the mode on; None where the build promises no band."""
     value = batch_invariant()
     return int(value) if value and value.isdigit() else None
 

@@ -5,8 +5,11 @@ k-row verify batch exactly as it computes that token decoded alone. Whether it d
 the build and the device, so the engine measures it once at load (`judge`), before its worker
 starts, and speculation turns on by itself only where the measurement says yes:
 
-- the CPU build (llamafile's sgemm off) is exact at every width;
-- a build with llamafile's sgemm is not (k >= 2 rows take other kernels);
+- the CPU build carries flashdesk's patch too (native/llama-patches): batches of up to 16 rows take
+  one matmul path whatever their width, for every weight type (stock ggml-cpu switches to the
+  repacked GEMM at 4 rows and the tiled K-quant kernel at 8, so a Q4_K_M model's rows differ). The
+  measurement covers the widths where stock paths switch, and decodes keep to the band;
+- a build with llamafile's sgemm is not exact (k >= 2 rows take other kernels);
 - a stock CUDA or Metal build is not (on an H200, SmolLM2's 1- and 2-row logits differed by up
   to 8.0, with argmax flips): llama.cpp picks kernels by batch width;
 - a GPU build with flashdesk's patch (native/llama-patches) promises a band: batches of up to
@@ -37,6 +40,7 @@ from ..llama import ggml
 from ..llama.context import Context
 
 N_TOKENS = 16  # decoded singly as the reference, then in batches
+CPU_SIZES = (2, 3, 4, 5, 8, 9, 16)  # the CPU band's widths measured at load: around stock ggml-cpu's switches (4, 8)
 SWA_MEASURED = 256  # sliding windows up to this size are crossed before the rollback check
 BOUNDARY_HISTORY = 250  # tokens before them in the GPU check, so that batches cross n_kv's 256 padding
 
@@ -81,17 +85,23 @@ def _rows(ctx: Context, on_gpu: bool) -> Exactness:
         return Exactness(False, f"this graphics-card build has flashdesk's batch-invariant patch, but on this "
                                 f"card {what}, so speculation would change the output: it stays off. HINT: report "
                                 "the card's model to flashdesk (flashdesk doctor shows it).", band)
+    if band is not None:  # the CPU backend's band
+        exact, what = verify_is_exact(ctx, sizes=tuple(k for k in CPU_SIZES if k <= band))
+        if exact:
+            return Exactness(True, f"this build has flashdesk's batch-invariant patch, and verify batches of up to "
+                                   f"{band} rows measured bit-identical to single tokens here", band)
+        return Exactness(False, f"this build has flashdesk's batch-invariant patch, but on this computer {what}, so "
+                                "speculation would change the output: it stays off. HINT: report this computer's "
+                                "processor to flashdesk (flashdesk doctor shows it).", band)
     exact, what = verify_is_exact(ctx)
     if exact:
         return Exactness(True, "verify rows measured bit-identical to single-token decodes")
     if mode == "off":
         return Exactness(False, f"flashdesk's batch-invariant mode is switched off (GGML_BATCH_INVARIANT=0), and "
                                 f"{what}. HINT: unset GGML_BATCH_INVARIANT.")
-    if on_gpu:
-        return Exactness(False, f"this graphics-card build of llama.cpp lacks flashdesk's batch-invariant patch, and "
-                                f"{what}. HINT: reinstall with scripts/setup.sh, which applies native/llama-patches "
-                                "to CUDA and Metal builds.")
-    return Exactness(False, what)
+    device = "graphics-card build" if on_gpu else "build"
+    return Exactness(False, f"this {device} of llama.cpp lacks flashdesk's batch-invariant patch, and {what}. HINT: "
+                            "reinstall with scripts/setup.sh, which applies native/llama-patches to every build.")
 
 
 class _Probe:

@@ -5,7 +5,7 @@
 # Needs: Python 3.11 (py launcher), Visual Studio 2022 C++ build tools (run from a Developer
 # PowerShell, or after ilammy/msvc-dev-cmd in CI, so cl.exe and dumpbin.exe are on PATH),
 # the CUDA toolkit (CUDA_PATH set) for the CUDA build, git (it applies native\llama-patches to the
-# CUDA build's source), Inno Setup 6 for Package.
+# source of both builds), Inno Setup 6 for Package.
 # NOT RUN YET: written and reviewed on Linux, where only installers/linux/build.sh was built
 # and smoke-tested.
 [CmdletBinding()]
@@ -44,15 +44,14 @@ function Get-LlamaSource {
     return ($out | Select-Object -Last 1)
 }
 
-function Build-LlamaWheel([string]$Name, [string]$Flags, [bool]$Patched = $false) {
-    # One wheelhouse per flag set: build\wheels\cpu and build\wheels\cuda-<patch set> never mix.
-    # A patched build (the GPU one) is built from the source with native\llama-patches applied.
-    if ($Patched) { $Name = "$Name-$(Get-LlamaSource digest)" }
+function Build-LlamaWheel([string]$Name, [string]$Flags) {
+    # One wheelhouse per flag set: build\wheels\cpu-<patch set> and build\wheels\cuda-<patch set> never mix.
+    # Both are built from the source with native\llama-patches applied.
+    $Name = "$Name-$(Get-LlamaSource digest)"
     $house = Join-Path $Wheels $Name
     if (-not (Get-ChildItem -Path $house -Filter "llama_cpp_python-$LlamaVersion-*.whl" -ErrorAction SilentlyContinue)) {
         Write-Host "Building llama-cpp-python $LlamaVersion ($Name`: $Flags) ..."
-        $source = "llama-cpp-python==$LlamaVersion"
-        if ($Patched) { $source = Get-LlamaSource unpack (Join-Path $Wheels "$Name.src") }
+        $source = Get-LlamaSource unpack (Join-Path $Wheels "$Name.src")
         $env:CMAKE_ARGS = $Flags
         try { Invoke-Native $Py -m pip wheel --no-cache-dir --no-deps $source -w $house }
         finally { Remove-Item Env:CMAKE_ARGS -ErrorAction SilentlyContinue }
@@ -68,14 +67,14 @@ function Step-Setup {
     # CPU (-march=native: "illegal instruction" elsewhere) nor, with CUDA, to its GPU ("native"
     # CUDA architectures: fails on a runner without a GPU). With NATIVE off ggml targets an AVX2
     # baseline and its default list of CUDA architectures (override: FLASHDESK_CUDA_ARCHS).
-    $cpuFlags = "-DGGML_LLAMAFILE=OFF -DGGML_NATIVE=OFF"
-    # GGML_BATCH_INVARIANT (native\llama-patches): GPU verify rows computed like single tokens, so
-    # that speculative decoding stays lossless on the graphics card.
-    $cudaFlags = "-DGGML_CUDA=on -DGGML_BATCH_INVARIANT=ON $cpuFlags"
+    # GGML_BATCH_INVARIANT (native\llama-patches): verify rows computed like single tokens, on the
+    # processor and on the graphics card, so that speculative decoding stays lossless on both.
+    $cpuFlags = "-DGGML_LLAMAFILE=OFF -DGGML_NATIVE=OFF -DGGML_BATCH_INVARIANT=ON"
+    $cudaFlags = "-DGGML_CUDA=on $cpuFlags"
     if ($env:FLASHDESK_CUDA_ARCHS) { $cudaFlags += " -DCMAKE_CUDA_ARCHITECTURES=$($env:FLASHDESK_CUDA_ARCHS)" }
     if (-not $env:CUDA_PATH) { throw "CUDA_PATH is not set: install the CUDA toolkit (nvcc, cudart, cublas) first" }
     $cpu = Build-LlamaWheel "cpu" $cpuFlags
-    $cuda = Build-LlamaWheel "cuda" $cudaFlags $true
+    $cuda = Build-LlamaWheel "cuda" $cudaFlags
     # The CPU build goes into the venv: PyInstaller bundles it into _internal\llama_cpp\lib.
     Invoke-Native $Py -m pip install --disable-pip-version-check -q --force-reinstall --no-deps --find-links $cpu "llama-cpp-python==$LlamaVersion"
     # The CUDA build goes into its own site folder; Bundle copies its DLLs to lib_cuda.

@@ -1,5 +1,7 @@
 """flashdesk's patches to llama.cpp (native/llama-patches/): they apply to the pinned sdist, touch
-only the GPU backends, and the patched CUDA and Metal sources compile; the CPU build is unpatched.
+only ggml's backends and the option, the patched CUDA and Metal sources compile, and the CPU build
+this suite runs on carries the CPU patch (tests/engine/speculative/test_cpu_batch_invariant.py shows
+what it does).
 
 No GPU runs here: bench/gpu_check.py measures what the patch does on one. The CUDA compile needs
 this machine's nvcc and cuBLAS's headers, taken from NVIDIA's PyPI wheel (the headers only, cached
@@ -50,22 +52,22 @@ def test_the_patch_applies_to_the_pinned_sdist(patched):
     assert llama_source.pinned_version() in str(patched)
 
 
-def test_it_touches_only_the_gpu_backends_and_the_option():
-    """So the CPU build would be unchanged even if someone built it from the patched tree; the
-    CPU build is in fact built from PyPI's sdist as it is (scripts/setup.sh)."""
+def test_it_touches_only_the_backends_and_the_option():
+    """llama.cpp's model code, the tools and llama-cpp-python stay as they are: only ggml's CUDA,
+    Metal and CPU backends and the CMake option change."""
     files = touched()
-    assert files and all(f.startswith(("vendor/llama.cpp/ggml/src/ggml-cuda/", "vendor/llama.cpp/ggml/src/ggml-metal/"))
-                         or f == "vendor/llama.cpp/ggml/CMakeLists.txt" for f in files), files
+    backends = tuple(f"vendor/llama.cpp/ggml/src/ggml-{b}/" for b in ("cuda", "metal", "cpu"))
+    assert files and all(f.startswith(backends) or f == "vendor/llama.cpp/ggml/CMakeLists.txt" for f in files), files
     option = [line for p in llama_source.patches() for line in p.read_text("utf-8").splitlines()
               if line.startswith("+option(")]
     assert len(option) == 1 and option[0].rstrip().endswith(" OFF)"), option  # one option, off by default
 
 
-def test_the_cpu_build_is_unpatched():
+def test_the_cpu_build_carries_the_cpu_patch():
     from engine.llama import ggml
 
-    assert "BATCH_INVARIANT" not in ggml.system_info()
-    assert ggml.row_band() is None
+    assert "BATCH_INVARIANT = 16" in ggml.system_info()
+    assert ggml.row_band() == 16
 
 
 def cublas_headers() -> Path:

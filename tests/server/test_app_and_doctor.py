@@ -88,7 +88,8 @@ def test_doctor_command_prints_plain_words(tmp_path, store):
     assert "hardware    Running on the CPU" in r.stdout and "model       smollm2" in r.stdout
     assert (tmp_path / "b.zip").is_file() and "no conversations" in r.stdout
     # no server runs on the port: the build's promise, which the engine measures at load
-    assert "speculation CPU build: verify rows compute like single tokens" in r.stdout
+    assert ("speculation CPU build with flashdesk's batch-invariant patch: verify batches of up to 16 rows should "
+            "compute like single tokens") in r.stdout
 
 
 def test_doctor_on_a_fresh_machine_and_with_a_server_that_measured(tmp_path):

@@ -123,11 +123,29 @@ def test_a_graphics_card_exact_up_to_a_band_is_said_in_plain_words(tab):
             health["speculation"] |= {"max_rows": 8, "exact": True, "enabled": True, "exact_why": why}
         route.fulfill(json=health)
 
+    def on_the_card(route):
+        route.fulfill(json=route.fetch().json() | {"backend": "cuda"})
+
     tab.page.route("**/health", banded)
+    tab.page.route("**/v1/system", on_the_card)
     computer = tab.open("#/models").locator(".computer-card")
     expect(computer).to_contain_text("On the graphics card flashdesk checks up to 7 guessed words at a time")
     computer.get_by_text("Technical details").click()
     expect(computer).to_contain_text(why)
+
+
+def test_the_processors_band_goes_unsaid(tab):
+    """The CPU build's band (16 rows) is wider than any verify: the page says plainly that it is on."""
+    def banded(route):
+        health = route.fetch().json()
+        if health.get("speculation"):
+            health["speculation"] |= {"max_rows": 16, "exact": True, "enabled": True}
+        route.fulfill(json=health)
+
+    tab.page.route("**/health", banded)
+    computer = tab.open("#/models").locator(".computer-card")
+    expect(computer).to_contain_text("On: answers come faster and are exactly the same as without it.")
+    expect(computer).not_to_contain_text("graphics card flashdesk checks")
 
 
 SMOL = {"name": "smollm2", "title": "SmolLM2-135M-Instruct (Q4_1)", "size": 98362432, "license": "Apache-2.0",

@@ -86,9 +86,9 @@ def test_the_judge_words_each_case(model_path, monkeypatch, target_model):
     try:
         banded_build(monkeypatch, "off")  # switched off: measured (exact here, on the CPU)
         assert judge(ctx, on_gpu=True).max_rows is None
-        banded_build(monkeypatch, str(BAND), on_gpu=False)  # a band, but the model is not on the card
+        banded_build(monkeypatch, str(BAND), on_gpu=False)  # a band, the model on the CPU: the CPU's measurement
         ex = judge(ctx, on_gpu=False)
-        assert ex.exact and ex.max_rows is None
+        assert ex.exact and ex.max_rows == BAND and "graphics-card" not in ex.why
         monkeypatch.setattr(ggml, "system_info", lambda: "CPU : LLAMAFILE = 1 | ")
         ex = judge(ctx, on_gpu=False)
         assert not ex.exact and "llamafile" in ex.why
