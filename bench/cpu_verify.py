@@ -1,0 +1,163 @@
+"""What a verify costs on the CPU, and whether its rows are exact: the CPU batch-invariant patch
+(native/llama-patches/0002) on and off, and any other build of llama.cpp's libraries beside them.
+
+Sides, each measured in fresh processes (the patch's switch, GGML_BATCH_INVARIANT, is read once
+per process), alternated A B C A B C ... for `--rounds` rounds; medians per side:
+  on     the venv's build (or --lib), the patch on
+  off    the same build, GGML_BATCH_INVARIANT=0: stock ggml-cpu kernels
+  NAME   --side NAME=FOLDER: another build's llama_cpp/lib folder (for example llama.cpp's own
+         stock CPU build with llamafile's sgemm and the repacked GEMM on: the inexact speed anchor)
+
+Per side: c(k) for k = 1..16 (one decode of k tokens after 256 of history, median of --reps),
+c(k)/c(1), plain decoding tokens/s (64 tokens) and prefill tokens/s (a 512-token prompt).
+Once per side: the exactness table of bench/gpu_check.py (every width 2..16 at every offset,
+after 40 and 250 tokens, and 4 sequences together against alone), max |diff| per width.
+
+    .venv/bin/python bench/cpu_verify.py MODEL.gguf [--side stock=/path/lib] [--rounds 3]
+    .venv/bin/python bench/gpu_check.py random-model M.gguf --layers 28 --embd 2048 [--quant Q4_0]
+
+Writes bench/out/cpu_verify-<model>.json. Quote ratios, not absolute times: a shared 2-core
+machine is noisy, which is why the sides alternate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+N_MAX = 16  # the CPU band
+HISTORY = 256
+PREFILL = 512
+
+
+def speed(model_path: str, reps: int) -> dict:
+    """In this process, with whatever build and switch it loaded."""
+    from bench.gpu_check import filler, logits_of, prefill
+    from engine.llama import ggml
+    from engine.llama.context import Context, ContextConfig
+    from engine.llama.model import Model
+
+    model = Model(model_path)
+    ctx = Context(model, ContextConfig(n_ctx_seq=1024, n_seq=1, n_batch=512, n_threads=os.cpu_count() or 2))
+    v = model.n_vocab
+    try:
+        prefill(ctx, 0, filler(HISTORY, v))
+        logits_of(ctx, 0, filler(4, v, salt=99), HISTORY)  # warm-up
+        ctx.forget(0, HISTORY)
+        ms = {}
+        for k in range(1, N_MAX + 1):
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                logits_of(ctx, 0, filler(k, v, salt=k), HISTORY)
+                times.append((time.perf_counter() - t0) * 1000.0)
+                ctx.forget(0, HISTORY)
+            ms[k] = statistics.median(times)
+        t0, n = time.perf_counter(), 64
+        for j in range(n):
+            logits_of(ctx, 0, [filler(1, v, salt=j)[0]], HISTORY + j)
+        decode = n / (time.perf_counter() - t0)
+        ctx.forget(0)
+        t0 = time.perf_counter()
+        prefill(ctx, 0, filler(PREFILL, v, salt=7))
+        return {"feature": ggml.batch_invariant(), "c_ms": ms, "decode_tok_s": decode,
+                "prefill_tok_s": PREFILL / (time.perf_counter() - t0)}
+    finally:
+        ctx.close()
+        model.close()
+
+
+def child(args, side: str, part: str) -> dict:
+    env = dict(os.environ)
+    lib = dict(args.side).get(side, args.lib)
+    if lib:
+        env["LLAMA_CPP_LIB_PATH"] = lib
+    env["GGML_BATCH_INVARIANT"] = "0" if side == "off" else "1"
+    r = subprocess.run([sys.executable, __file__, "--child", part, args.model, "--reps", str(args.reps)],
+                       env=env, capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"{side} {part}: {r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def exactness_table(ex: dict) -> dict:
+    """max |diff| per width over both histories and every offset, and the multi-sequence rows."""
+    widths = {}
+    for c in ex["chunks"]:
+        widths[c["k"]] = max(widths.get(c["k"], 0.0), c["max_diff"])
+    return {"exact": ex["exact"], "max_diff_by_width": widths,
+            "multi_rows_differ": sum(len(m["rows_differ"]) for m in ex["multi"])}
+
+
+def summarize(runs: list[dict]) -> dict:
+    c = {k: statistics.median(r["c_ms"][str(k)] for r in runs) for k in range(1, N_MAX + 1)}
+    return {"feature": runs[0]["feature"], "c_ms": c, "c_ratio": {k: c[k] / c[1] for k in c},
+            "decode_tok_s": statistics.median(r["decode_tok_s"] for r in runs),
+            "prefill_tok_s": statistics.median(r["prefill_tok_s"] for r in runs), "rounds": len(runs)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--lib", help="the llama_cpp/lib folder of the patched build (default: the venv's)")
+    ap.add_argument("--side", action="append", default=[], type=lambda s: tuple(s.split("=", 1)),
+                    help="NAME=FOLDER: another build to measure beside on and off")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--no-exactness", action="store_true")
+    ap.add_argument("--child", choices=("speed", "exactness"))
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    if args.child == "speed":
+        print(json.dumps(speed(args.model, args.reps)))
+        return 0
+    if args.child == "exactness":
+        from bench.gpu_check import exactness
+        from engine.llama.model import Model
+
+        model = Model(args.model)
+        try:
+            print(json.dumps(exactness(model, smoke=False)))
+        finally:
+            model.close()
+        return 0
+
+    sides = ["on", "off"] + [name for name, _ in args.side]
+    runs: dict[str, list[dict]] = {s: [] for s in sides}
+    for rnd in range(args.rounds):
+        for s in sides:
+            runs[s].append(child(args, s, "speed"))
+            print(f"round {rnd + 1} {s}: c(8)/c(1) {runs[s][-1]['c_ms']['8'] / runs[s][-1]['c_ms']['1']:.2f}",
+                  file=sys.stderr)
+    report = {"model": Path(args.model).name, "sides": {s: summarize(r) for s, r in runs.items()}}
+    on = report["sides"]["on"]
+    report["on_vs_off"] = {"decode": on["decode_tok_s"] / report["sides"]["off"]["decode_tok_s"],
+                           "prefill": on["prefill_tok_s"] / report["sides"]["off"]["prefill_tok_s"]}
+    if not args.no_exactness:
+        for s in sides:
+            report["sides"][s]["exactness"] = exactness_table(child(args, s, "exactness"))
+    out = Path(args.out or ROOT / "bench" / "out" / f"cpu_verify-{Path(args.model).stem}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+    for s, r in report["sides"].items():
+        ratios = " ".join(f"{r['c_ratio'][k]:.2f}" for k in (2, 4, 8, 16))
+        ex = r.get("exactness")
+        worst = f", worst |diff| {max(ex['max_diff_by_width'].values()):.3g}" if ex else ""
+        print(f"{s:>6}: c(k)/c(1) k=2,4,8,16: {ratios}; c(1) {r['c_ms'][1]:.1f} ms; decode {r['decode_tok_s']:.1f} "
+              f"tok/s; prefill {r['prefill_tok_s']:.0f} tok/s" + (f"; exact: {ex['exact']}{worst}" if ex else ""))
+    print(f"on/off: decode {report['on_vs_off']['decode']:.3f}x, prefill {report['on_vs_off']['prefill']:.3f}x; {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
