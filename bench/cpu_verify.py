@@ -14,6 +14,7 @@ Once per side: the exactness table of bench/gpu_check.py (every width 2..16 at e
 after 40 and 250 tokens, and 4 sequences together against alone), max |diff| per width.
 
     .venv/bin/python bench/cpu_verify.py MODEL.gguf [--side stock=/path/lib] [--rounds 3]
+    .venv/bin/python bench/cpu_verify.py --tables bench/out/cpu_verify-*.json   # Markdown, for the notes
     .venv/bin/python bench/gpu_check.py random-model M.gguf --layers 28 --embd 2048 [--quant Q4_0]
 
 Writes bench/out/cpu_verify-<model>.json. Quote ratios, not absolute times: a shared 2-core
@@ -106,18 +107,47 @@ def summarize(runs: list[dict]) -> dict:
             "prefill_tok_s": statistics.median(r["prefill_tok_s"] for r in runs), "rounds": len(runs)}
 
 
+def tables(paths: list[str]) -> str:
+    """Markdown tables of finished runs (their JSON files): exactness per width, and the cost curves."""
+    runs = [json.loads(Path(p).read_text("utf-8")) for p in paths]
+    widths = range(2, N_MAX + 1)
+    out = ["| model | side | " + " | ".join(str(k) for k in widths) + " | 4 seqs |",
+           "|---|---|" + "---|" * (len(widths) + 1)]
+    for r in runs:
+        for side, v in r["sides"].items():
+            ex = v.get("exactness")
+            if ex:
+                diffs = [ex["max_diff_by_width"].get(str(k), ex["max_diff_by_width"].get(k)) for k in widths]
+                out.append(f"| {r['model']} | {side} | " + " | ".join("0" if d == 0 else f"{d:.2g}" for d in diffs)
+                           + f" | {'exact' if ex['multi_rows_differ'] == 0 else str(ex['multi_rows_differ']) + ' rows differ'} |")
+    out += ["", "| model | side | " + " | ".join(f"c({k})" for k in range(2, N_MAX + 1)) + " | c(1) ms | decode tok/s | prefill tok/s |",
+            "|---|---|" + "---|" * (N_MAX + 2)]
+    for r in runs:
+        for side, v in r["sides"].items():
+            if "c_ratio" in v:
+                out.append(f"| {r['model']} | {side} | " + " | ".join(f"{v['c_ratio'][str(k)]:.2f}" for k in range(2, N_MAX + 1))
+                           + f" | {v['c_ms']['1']:.1f} | {v['decode_tok_s']:.1f} | {v['prefill_tok_s']:.0f} |")
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("model")
+    ap.add_argument("model", nargs="?")
     ap.add_argument("--lib", help="the llama_cpp/lib folder of the patched build (default: the venv's)")
     ap.add_argument("--side", action="append", default=[], type=lambda s: tuple(s.split("=", 1)),
                     help="NAME=FOLDER: another build to measure beside on and off")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="speed rounds (0: the exactness table only)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-exactness", action="store_true")
     ap.add_argument("--child", choices=("speed", "exactness"))
     ap.add_argument("--out")
+    ap.add_argument("--tables", nargs="+", metavar="JSON", help="print Markdown tables of finished runs, and stop")
     args = ap.parse_args()
+    if args.tables:
+        print(tables(args.tables))
+        return 0
+    if not args.model:
+        ap.error("the model to measure is missing")
     if args.child == "speed":
         print(json.dumps(speed(args.model, args.reps)))
         return 0
@@ -139,10 +169,12 @@ def main() -> int:
             runs[s].append(child(args, s, "speed"))
             print(f"round {rnd + 1} {s}: c(8)/c(1) {runs[s][-1]['c_ms']['8'] / runs[s][-1]['c_ms']['1']:.2f}",
                   file=sys.stderr)
-    report = {"model": Path(args.model).name, "sides": {s: summarize(r) for s, r in runs.items()}}
-    on = report["sides"]["on"]
-    report["on_vs_off"] = {"decode": on["decode_tok_s"] / report["sides"]["off"]["decode_tok_s"],
-                           "prefill": on["prefill_tok_s"] / report["sides"]["off"]["prefill_tok_s"]}
+    report = {"model": Path(args.model).name,
+              "sides": {s: summarize(r) if r else {} for s, r in runs.items()}}  # --rounds 0: exactness only
+    if args.rounds:
+        on, off = report["sides"]["on"], report["sides"]["off"]
+        report["on_vs_off"] = {"decode": on["decode_tok_s"] / off["decode_tok_s"],
+                               "prefill": on["prefill_tok_s"] / off["prefill_tok_s"]}
     if not args.no_exactness:
         for s in sides:
             report["sides"][s]["exactness"] = exactness_table(child(args, s, "exactness"))
@@ -150,12 +182,18 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
     for s, r in report["sides"].items():
-        ratios = " ".join(f"{r['c_ratio'][k]:.2f}" for k in (2, 4, 8, 16))
         ex = r.get("exactness")
-        worst = f", worst |diff| {max(ex['max_diff_by_width'].values()):.3g}" if ex else ""
-        print(f"{s:>6}: c(k)/c(1) k=2,4,8,16: {ratios}; c(1) {r['c_ms'][1]:.1f} ms; decode {r['decode_tok_s']:.1f} "
-              f"tok/s; prefill {r['prefill_tok_s']:.0f} tok/s" + (f"; exact: {ex['exact']}{worst}" if ex else ""))
-    print(f"on/off: decode {report['on_vs_off']['decode']:.3f}x, prefill {report['on_vs_off']['prefill']:.3f}x; {out}")
+        line = f"{s:>6}:"
+        if "c_ratio" in r:
+            ratios = " ".join(f"{r['c_ratio'][k]:.2f}" for k in (2, 4, 8, 16))
+            line += (f" c(k)/c(1) k=2,4,8,16: {ratios}; c(1) {r['c_ms'][1]:.1f} ms; decode {r['decode_tok_s']:.1f} "
+                     f"tok/s; prefill {r['prefill_tok_s']:.0f} tok/s;")
+        if ex:
+            line += f" exact: {ex['exact']}, worst |diff| {max(ex['max_diff_by_width'].values()):.3g}"
+        print(line)
+    if "on_vs_off" in report:
+        print(f"on/off: decode {report['on_vs_off']['decode']:.3f}x, prefill {report['on_vs_off']['prefill']:.3f}x")
+    print(out)
     return 0
 
 

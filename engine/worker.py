@@ -108,7 +108,8 @@ class Engine:
         self._stepper = Stepper(self.ctx, self.max_rows)
         # The chooser needs this machine's verify-cost curve: from the cache beside the model, else
         # measured by the worker while it is idle (requests that come first decode plainly).
-        self.policy.curve = CostCurve.load(config.cost_cache, config.n_threads) if config.cost_cache else None
+        self.policy.curve = (CostCurve.load(config.cost_cache, config.n_threads, ggml.build_id())
+                             if config.cost_cache else None)
         self._measuring = (CurveMeasurement(self.ctx, config.n_threads, seq_id=self.ctx.n_seq - 1)
                            if self.spec_enabled and self.policy.curve is None else None)
         if stop is not None:

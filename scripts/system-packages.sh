@@ -2,7 +2,8 @@
 # What flashdesk needs from the operating system, installed with apt-get where it is missing:
 #     bash scripts/system-packages.sh build   # cmake and g++ (llama.cpp is compiled), Python's venv
 #     bash scripts/system-packages.sh test    # those, plus what the tests drive: chromium and a CJK
-#                                             # font (browser tests), Xvfb and Tk (the app's window)
+#                                             # font (browser tests), Xvfb and Tk (the app's window),
+#                                             # an ARM cross-compiler (the CPU patch's NEON check)
 # Called by scripts/setup.sh (build) and scripts/test.sh (test); quick when nothing is missing.
 # Runs apt-get as root, or through sudo when it needs no password; otherwise it prints the one
 # command to run and stops. Debian 12 and Ubuntu 22.04+; on Ubuntu, where apt's chromium is only a
@@ -22,6 +23,7 @@ if [ "$what" = test ]; then
   fc-list 2>/dev/null | grep -qi "wqy\|noto.*cjk" || need+=(fonts-wqy-zenhei)  # readable zh-TW screenshots
   command -v Xvfb >/dev/null || need+=(xvfb)
   "$PYTHON" -c 'import tkinter' 2>/dev/null || need+=(python3-tk)
+  command -v aarch64-linux-gnu-g++ >/dev/null || need+=(g++-aarch64-linux-gnu)  # the CPU patch's ARM compile check
 fi
 [ ${#need[@]} -eq 0 ] && exit 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import logging
 import re
 
@@ -101,6 +102,12 @@ def row_band() -> int | None:
     on a patched build with the mode on; None where the build promises no band."""
     value = batch_invariant()
     return int(value) if value and value.isdigit() else None
+
+
+def build_id() -> str:
+    """Names the loaded llama.cpp build and its mode (version, backends, features, the batch-invariant
+    band): what a measured verify-cost curve depends on besides the model and the thread count."""
+    return hashlib.sha256(f"{llama_cpp_version()} {system_info()}".encode()).hexdigest()[:12]
 
 
 def llama_cpp_version() -> str:

@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..llama import ggml
 from ..llama.context import Context
 
 MAX_ROWS = 16
@@ -40,6 +41,7 @@ class CostCurve:
     # (only the sequence counts the context holds). Several streams share a decode, and its cost
     # grows with all of their rows: a path is priced on the batch it joins.
     batch_ms: list[list[float]] = field(default_factory=list)
+    build: str = ""  # ggml.build_id() of the llama.cpp that measured it: another build's kernels cost otherwise
 
     def cost(self, rows: int) -> float:
         return self.verify_ms[min(max(rows, 1), len(self.verify_ms) - 1)]
@@ -75,11 +77,12 @@ class CostCurve:
         return cost(last) + (cost(last) - cost(last - 1)) * (rows - last)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, n_threads: int) -> "CostCurve | None":
-        """The curve measured earlier for this thread count (None: none, or another count)."""
+    def load(cls, path: str | os.PathLike, n_threads: int, build: str = "") -> "CostCurve | None":
+        """The curve measured earlier for this thread count and build (None: none, or another)."""
         try:
             data = json.loads(Path(path).read_text("utf-8"))
             if (data.get("n_threads") == n_threads and len(data.get("verify_ms", [])) == MAX_ROWS + 1
+                    and data.get("build", "") == build
                     and "batch_ms" in data):  # a curve from before the surface: measured again
                 return cls(**data)
         except (OSError, ValueError, TypeError):
@@ -157,7 +160,7 @@ class CurveMeasurement:
         fastest = {p: min(t) for p, t in self.times.items()}  # the fastest repeat: other processes only add time
         curve = [0.0] + _rising([fastest[(1, k)] for k in range(1, MAX_ROWS + 1)])
         surface = [_rising([fastest[(s, r)] for r in ROWS_PER_SEQ]) for s in self.seqs]
-        return CostCurve(curve, self.n_threads, n, surface)
+        return CostCurve(curve, self.n_threads, n, surface, ggml.build_id())
 
     def pause(self) -> None:
         for q, filled in self.history.items():

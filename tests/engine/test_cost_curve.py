@@ -50,10 +50,12 @@ def test_requests_before_the_curve_decode_plainly_and_the_curve_is_kept(model_pa
         again.close()
 
 
-def test_a_curve_for_other_threads_or_a_broken_file_is_measured_again(tmp_path):
+def test_a_curve_for_other_threads_another_build_or_a_broken_file_is_measured_again(tmp_path):
     path = tmp_path / "verify-cost-2t.json"
-    CostCurve([0.0] + [float(k) for k in range(1, MAX_ROWS + 1)], 4, 256).save(path)
-    assert CostCurve.load(path, 4) is not None and CostCurve.load(path, 2) is None
+    CostCurve([0.0] + [float(k) for k in range(1, MAX_ROWS + 1)], 4, 256, build="abc").save(path)
+    assert CostCurve.load(path, 4, "abc") is not None and CostCurve.load(path, 2, "abc") is None
+    # another llama.cpp build (a patch that changes the kernels, GGML_BATCH_INVARIANT=0): its own curve
+    assert CostCurve.load(path, 4, "def") is None
     path.write_text("{not json", "utf-8")
     assert CostCurve.load(path, 4) is None
     assert CostCurve.load(tmp_path / "missing.json", 2) is None

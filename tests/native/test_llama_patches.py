@@ -121,6 +121,28 @@ def test_the_patched_cuda_files_compile_for_ada_and_hopper(patched, tmp_path):
         assert threads[(5, False)] == {64}, threads  # the control: stock really differs there
 
 
+# The CPU files the patches change, and the ARM targets flashdesk's users have (Apple Silicon is
+# armv8.5-a with dotprod and i8mm; older Linux ARM boards have NEON alone).
+CPU_UNITS = ("ggml-cpu.c", "ggml-cpu.cpp", "repack.cpp", "batch-invariant.cpp")
+ARM_TARGETS = ("armv8-a", "armv8.2-a+dotprod", "armv8.6-a+dotprod+i8mm")
+
+
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None,
+                    reason="no ARM cross-compiler here (scripts/system-packages.sh test installs g++-aarch64-linux-gnu)")
+@pytest.mark.parametrize("march", ARM_TARGETS)
+def test_the_patched_cpu_files_compile_for_arm(patched, tmp_path, march):
+    """No ARM machine here: the patched ggml-cpu files, with the option on, compiled for NEON (the
+    F16 kernel takes ggml's NEON macros; the others fall back to the exact single-column loop)."""
+    for unit in CPU_UNITS:
+        cc = "aarch64-linux-gnu-gcc" if unit.endswith(".c") else "aarch64-linux-gnu-g++"
+        std = "-std=gnu11" if unit.endswith(".c") else "-std=gnu++17"
+        r = subprocess.run([cc, std, "-O2", f"-march={march}", "-DGGML_BATCH_INVARIANT", "-DGGML_USE_CPU_REPACK",
+                            "-D_GNU_SOURCE", "-Iggml/include", "-Iggml/src", "-Iggml/src/ggml-cpu", "-c",
+                            f"ggml/src/ggml-cpu/{unit}", "-o", str(tmp_path / (unit + ".o"))],
+                           cwd=patched, capture_output=True, text=True)
+        assert r.returncode == 0, (unit, march, r.stderr[-3000:])
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on this machine")
 def test_the_patched_metal_cpp_files_pass_a_syntax_check(patched):
     """Not a Metal build (that needs a Mac): the C++ the patch changes, with the option on.
