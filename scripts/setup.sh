@@ -6,8 +6,8 @@
 # flashdesk needs llamafile's sgemm OFF: with it, a batch of k >= 2 rows goes through
 # other matmul kernels than a single token, and the target's logits in a speculative
 # verify differ from plain decoding (measured: up to 0.7 on SmolLM2), which breaks
-# the lossless guarantee at near-ties. The batch-invariant patch keeps the band off it too. Add GPU flags through CMAKE_ARGS as usual,
-# e.g. CMAKE_ARGS="-DGGML_CUDA=on" bash scripts/setup.sh
+# the lossless guarantee at near-ties (the batch-invariant patch keeps its band off it anyway).
+# Add GPU flags through CMAKE_ARGS as usual, e.g. CMAKE_ARGS="-DGGML_CUDA=on" bash scripts/setup.sh
 # FLASHDESK_PORTABLE=1 builds llama.cpp for other people's computers (GGML_NATIVE=OFF: ggml's
 # AVX2/FMA/F16C baseline instead of this CPU's every instruction, which would crash older
 # CPUs with "illegal instruction"): the Linux package ships it, and the tests run on it.
