@@ -118,14 +118,16 @@ def tables(paths: list[str]) -> str:
             ex = v.get("exactness")
             if ex:
                 diffs = [ex["max_diff_by_width"].get(str(k), ex["max_diff_by_width"].get(k)) for k in widths]
+                multi = "exact" if ex["multi_rows_differ"] == 0 else f"{ex['multi_rows_differ']} rows differ"
                 out.append(f"| {r['model']} | {side} | " + " | ".join("0" if d == 0 else f"{d:.2g}" for d in diffs)
-                           + f" | {'exact' if ex['multi_rows_differ'] == 0 else str(ex['multi_rows_differ']) + ' rows differ'} |")
-    out += ["", "| model | side | " + " | ".join(f"c({k})" for k in range(2, N_MAX + 1)) + " | c(1) ms | decode tok/s | prefill tok/s |",
+                           + f" | {multi} |")
+    ks = range(2, N_MAX + 1)
+    out += ["", "| model | side | " + " | ".join(f"c({k})" for k in ks) + " | c(1) ms | decode tok/s | prefill tok/s |",
             "|---|---|" + "---|" * (N_MAX + 2)]
     for r in runs:
         for side, v in r["sides"].items():
             if "c_ratio" in v:
-                out.append(f"| {r['model']} | {side} | " + " | ".join(f"{v['c_ratio'][str(k)]:.2f}" for k in range(2, N_MAX + 1))
+                out.append(f"| {r['model']} | {side} | " + " | ".join(f"{v['c_ratio'][str(k)]:.2f}" for k in ks)
                            + f" | {v['c_ms']['1']:.1f} | {v['decode_tok_s']:.1f} | {v['prefill_tok_s']:.0f} |")
     return "\n".join(out)
 

@@ -204,9 +204,10 @@ SYNTHETIC_VOCAB = 32000  # llama 2's size: the output matmul's real shape
 def random_model(out: Path, n_layer: int, n_embd: int, tokenizer_from: str | None = None,
                  quant: str = "Q4_K_M") -> None:
     """An 8B-shaped llama (32 layers, 4096 wide, GQA 32/8, FFN 14336) with random F16 weights,
-    quantized to `quant` (Q4_K_M; Q4_0, Q8_0, ...): real kernel shapes for cost and exactness, not for acceptance. Written on
-    the GPU machine itself (16 GB before quantizing), so nothing has to travel there. Its tokenizer
-    is the GGUF `tokenizer_from`'s, or a synthetic SentencePiece-style one of SYNTHETIC_VOCAB tokens."""
+    quantized to `quant` (Q4_K_M; Q4_0, Q8_0, ...): real kernel shapes for cost and exactness, not for
+    acceptance. Written on the GPU machine itself (16 GB before quantizing), so nothing has to travel
+    there. Its tokenizer is the GGUF `tokenizer_from`'s, or a synthetic SentencePiece-style one of
+    SYNTHETIC_VOCAB tokens."""
     import gguf
 
     from gguf_tools.quantize import quantize

@@ -5,9 +5,9 @@
     python scripts/llama_source.py check         # the patches apply to the pinned sdist (nothing kept)
 
 The CPU, CUDA and Metal builds (scripts/setup.sh, installers/windows/build.ps1,
-installers/macos/build.sh) are built from this folder with -DGGML_BATCH_INVARIANT=ON. The patches live in native/llama-patches/
-(its README says what each hunk does) and are applied in name order, with `git apply`,
-which refuses a patch that does not apply exactly.
+installers/macos/build.sh) are built from this folder with -DGGML_BATCH_INVARIANT=ON.
+The patches live in native/llama-patches/ (its README says what each hunk does) and are
+applied in name order, with `git apply`, which refuses a patch that does not apply exactly.
 
 The sdist is the one pyproject.toml pins: FLASHDESK_LLAMA_SDIST names a local copy, else pip
 downloads it into ~/.cache/flashdesk-wheels/sdist (FLASHDESK_WHEELHOUSE moves that folder).

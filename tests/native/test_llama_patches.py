@@ -128,7 +128,7 @@ ARM_TARGETS = ("armv8-a", "armv8.2-a+dotprod", "armv8.6-a+dotprod+i8mm")
 
 
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None,
-                    reason="no ARM cross-compiler here (scripts/system-packages.sh test installs g++-aarch64-linux-gnu)")
+                    reason="no ARM cross-compiler (scripts/system-packages.sh test installs g++-aarch64-linux-gnu)")
 @pytest.mark.parametrize("march", ARM_TARGETS)
 def test_the_patched_cpu_files_compile_for_arm(patched, tmp_path, march):
     """No ARM machine here: the patched ggml-cpu files, with the option on, compiled for NEON (the
