@@ -20,6 +20,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -88,8 +89,8 @@ def main() -> int:
     args = ap.parse_args()
     store = ModelStore(test_home())
     store.pull("smollm2", progress=no_progress)
-    home = linked_home(Path(args.out).parent / "workorders_http-home", store)
-    server = ServerProcess(home)
+    tmp = tempfile.TemporaryDirectory(prefix="flashdesk-wo-http-")  # a fresh home each run
+    server = ServerProcess(linked_home(Path(tmp.name) / "home", store))
     try:
         server.wait_ready()  # the cost curve measured: auto decides from it
         health = httpx.get(f"{server.base}/health").json()
@@ -104,6 +105,7 @@ def main() -> int:
         report["prompts"] = run_part("prompts", prompts, lambda p, m: chat(client, p, m, args.max_tokens))
     finally:
         server.stop()
+        tmp.cleanup()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     sp = report["speculation"] or {}
