@@ -55,11 +55,11 @@ def free_port() -> int:
 
 
 def settled(health: httpx.Response, want: int = 200, measured: bool = True) -> bool:
-    """/health answered `want`; with `measured`, a ready server has also finished measuring its
-    verify-cost curve (until then its chooser's requests decode plainly: test_first_request.py)."""
+    """/health answered `want`; with `measured`, a ready server has also timed c(1..16) (its idle
+    fill-in is done: until then the chooser prices from fewer decodes, test_first_request.py)."""
     if health.status_code != want:
         return False
-    return not measured or want != 200 or (health.json().get("speculation") or {}).get("cost_curve") != "measuring"
+    return not measured or want != 200 or (health.json().get("speculation") or {}).get("cost_curve") != "learning"
 
 
 def wait_ready(base: str, timeout: float = 120.0, want: int = 200) -> None:

@@ -1,10 +1,10 @@
 """First-chat benchmark: does a fresh install's first answer wait for anything?
 
 Two sides, alternated A B A B, each a new `flashdesk serve` on a new home with the model and its
-paired draft: A has no measured verify-cost curve (as right after `flashdesk pull`), B has the
-one the model's folder keeps from an earlier start. Once /health says ready (the model is
-loaded), one streamed greedy chat through the openai client: time to the first token and to the
-end. The engine measures A's curve while it is idle; A's first chat must not pay for it.
+paired draft: A has no learned decode costs (as right after `flashdesk pull`), B has the ones
+the model's folder keeps from an earlier start. Once /health says ready (the model is loaded),
+one streamed greedy chat through the openai client: time to the first token and to the end.
+A learns from its own decodes and fills in the rest while idle; its first chat must not wait.
 Reports medians and the A/B ratios; writes JSON to bench/out/first_request.json.
 
     .venv/bin/python bench/first_request.py [--rounds 5] [--max-tokens 32]

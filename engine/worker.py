@@ -36,18 +36,20 @@ from .llama.model import Model, ModelInfo
 from .request import Completion, GenerationRequest, RequestHandle, StreamEvent
 from .sampling import SamplingParams
 from .slot import Slot
-from .speculative.chooser import CostCurve, CurveMeasurement
+from .speculative.costs import CostModel, FillIn
 from .speculative.drafters.base import Drafter
 from .speculative.drafters.dflash import DFlashDrafter
 from .speculative.drafters.combined import GrammarLookupDrafter, SpanDFlashDrafter
 from .speculative.drafters.grammar import GrammarDrafter
 from .speculative.drafters.lookup import PromptLookupDrafter
 from .speculative.loop import Stepper
-from .speculative.params import SpecParams
+from .speculative.params import MeasuredGain, SpecParams
 from .speculative.policy import Policy
 from .speculative.exactness import judge
 
 log = logging.getLogger("flashdesk.engine")
+
+SAVE_EVERY_S = 60.0  # the learned decode costs are written beside the model at most this often
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class EngineConfig:
     verbose: bool = False
     spec_mode: str = "auto"  # default for requests that do not say (SpecParams.mode)
     spec_block: int = 8  # the largest B the chooser may pick (or B itself for a fixed block)
-    cost_cache: str | None = None  # JSON file for this machine's measured verify-cost curve
+    cost_cache: str | None = None  # JSON file for what decodes cost on this machine (learned, kept across starts)
     draft: str | None = None  # a DFlash draft GGUF (2 or v1) for this model: enables mode "dflash"
     selector: str = "walk"  # default path selector through a DFlash 2 lattice (a v1 draft has none)
     # Speculate even where verify rows are not bit-identical to single-token decodes (CUDA):
@@ -93,7 +95,7 @@ class Engine:
         self.draft_error: str | None = None  # why a configured draft is not in use
         if config.draft:
             self._load_draft(config.draft)
-        self._t_measure: float | None = None  # when the cost-curve measurement started
+        self._t_measure: float | None = None  # when the idle fill-in started
         self.totals: collections.Counter = collections.Counter()  # (metric, label) -> count
         # Speculation is only lossless when verify rows compute exactly like single tokens:
         # measured once here, before the worker starts (the context is free). A patched GPU build
@@ -105,18 +107,20 @@ class Engine:
         self.spec_enabled = self.policy.enabled = self.spec_exact or (config.spec_inexact and exactness.possible)
         self.policy.max_rows = self.max_rows
         self.policy.max_rollback = self.ctx.rollback
-        self._stepper = Stepper(self.ctx, self.max_rows)
-        # The chooser needs this machine's verify-cost curve: from the cache beside the model, else
-        # measured by the worker while it is idle (requests that come first decode plainly).
-        self.policy.curve = (CostCurve.load(config.cost_cache, config.n_threads, ggml.build_id())
-                             if config.cost_cache else None)
-        self._measuring = (CurveMeasurement(self.ctx, config.n_threads, seq_id=self.ctx.n_seq - 1)
-                           if self.spec_enabled and self.policy.curve is None else None)
+        # The chooser prices paths from what decodes cost here, learned from every decode the
+        # stepper times (kept beside the model); the worker fills in the one-sequence rows traffic
+        # has not visited while it is idle, on its last sequence.
+        self.costs = self.policy.costs = CostModel.load(config.cost_cache, config.n_threads, ggml.build_id())
+        self._stepper = Stepper(self.ctx, self.max_rows, self.costs)
+        self._fill_in = FillIn(self.ctx, self.costs, seq_id=self.ctx.n_seq - 1) if self.spec_enabled else None
+        self._saved = time.monotonic()
+        self.gain = MeasuredGain()  # what speculation did for recent answers here (the Models page says it)
         if stop is not None:
             self.ctx.set_abort(None)
-        self.curve_ready = threading.Event()  # set once the chooser can speculate
-        if self.policy.curve is not None:
+        self.curve_ready = threading.Event()  # set once c(1..16) of one sequence are all measured
+        if self.spec_enabled and not self.costs.missing():
             self.curve_ready.set()
+            self._fill_in = None
         if not exactness.possible:
             log.warning("speculative decoding is off for this model: %s", self.spec_exact_why)
         elif not self.spec_exact:
@@ -279,9 +283,12 @@ class Engine:
 
     @property
     def cost_curve(self) -> str:
-        """"ready"; "measuring" (while idle; the chooser's requests decode plainly meanwhile); or
-        "none" (speculation is off here, or the measurement failed)."""
-        return "ready" if self.policy.curve is not None else "measuring" if self._measuring is not None else "none"
+        """"ready": c(1..16) of one sequence are all timed; "learning": the chooser prices from the
+        decodes timed so far (every request speculates where that pays) while the idle fill-in
+        times the rest; "none": speculation is off here."""
+        if not self.spec_enabled:
+            return "none"
+        return "ready" if self.curve_ready.is_set() else "learning"
 
     def stats(self) -> dict:
         busy = sum(s.busy for s in self._slots)
@@ -299,6 +306,8 @@ class Engine:
             self._closed = True
             self.stop()
             self._thread.join()
+            if self.spec_enabled:
+                self._save_costs()
             for d in self.drafters.values():
                 d.close()  # draft contexts point into the target context: free them first
             self.ctx.close()
@@ -321,8 +330,8 @@ class Engine:
                         for slot in self._slots:
                             if slot.busy:
                                 self._finish(slot, StreamEvent(error=GenerationFailed(f"engine error: {e}")))
-                elif self._measuring is not None and self._queue.empty():
-                    self._measure_step()
+                elif self._fill_in is not None and self._queue.empty():
+                    self._fill_step()
         finally:
             stopped = EngineStopped("the engine stopped before this request finished")
             for slot in self._slots:
@@ -348,7 +357,7 @@ class Engine:
     def _admit(self) -> None:
         """Move queued requests into free slots; block only when there is nothing to do."""
         waiting = self._waiting
-        idle = not any(s.busy for s in self._slots) and not waiting and self._measuring is None
+        idle = not any(s.busy for s in self._slots) and not waiting and self._fill_in is None
         try:
             while True:
                 r = self._queue.get(block=idle)
@@ -361,8 +370,8 @@ class Engine:
         for req in [r for r in waiting if r.cancelled.is_set()]:  # a client that gave up frees its place now
             waiting.remove(req)
             req.sink(StreamEvent(finish_reason="cancelled"))
-        if waiting and self._measuring is not None:
-            self._measuring.pause()  # requests first: the measurement goes on when the engine is idle again
+        if waiting and self._fill_in is not None:
+            self._fill_in.pause()  # requests first: the fill-in goes on when the engine is idle again
         while waiting:
             free = [s for s in self._slots if not s.busy]
             if not free:
@@ -396,27 +405,31 @@ class Engine:
             if slot.seq_id in committed:
                 self._commit(slot, committed[slot.seq_id])
 
-    def _measure_step(self) -> None:
-        """One decode of the cost-curve measurement (only while no request runs or waits)."""
-        m = self._measuring
+    def _fill_step(self) -> None:
+        """One decode of the idle fill-in (only while no request runs or waits)."""
+        m = self._fill_in
         if not m.primed:
-            for seq_id in m.seq_ids:
-                prefix.drop(self._slots[seq_id], self.ctx)  # whatever these sequences kept: they are measured on
+            prefix.drop(self._slots[m.seq_id], self.ctx)  # whatever this sequence kept: it is measured on
             if self._t_measure is None:
                 self._t_measure = time.perf_counter()
         try:
-            curve = m.step()
-        except Exception:  # a failed decode: speculation needs the curve, so it stays off (with the reason logged)
-            log.exception("could not measure the verify-cost curve; speculative decoding with the chooser stays off")
-            self._measuring = None
+            done = m.step()
+        except Exception:  # a failed decode: the chooser goes on with what traffic teaches it
+            log.exception("the idle measurement of decode costs failed; the chooser learns from requests alone")
+            self._fill_in = None
             return
-        if curve is not None:
-            self.policy.curve, self._measuring = curve, None
-            if self.config.cost_cache:
-                curve.save(self.config.cost_cache)
-            self.curve_ready.set()
-            log.info("measured this machine's verify-cost curve, %.1f s after it began (c(1) %.1f ms, c(8) %.1f ms)",
-                     time.perf_counter() - self._t_measure, curve.cost(1), curve.cost(8))
+        if done:
+            self._fill_in = None
+            self._save_costs()
+            if not self.curve_ready.is_set():
+                self.curve_ready.set()
+                log.info("measured this machine's decode costs, %.1f s after it began (c(1) %.1f ms, c(8) %.1f ms)",
+                         time.perf_counter() - self._t_measure, self.costs.cost(1), self.costs.cost(8))
+
+    def _save_costs(self) -> None:
+        if self.config.cost_cache:
+            self.costs.save(self.config.cost_cache)
+        self._saved = time.monotonic()
 
     def _commit(self, slot: Slot, tokens: list[int]) -> None:
         """Append this step's tokens in order; the first end condition discards the rest."""
@@ -446,9 +459,13 @@ class Engine:
     def _finish(self, slot: Slot, event: StreamEvent) -> None:
         """Send the final event; keep the committed KV as a prefix for the next request; free the slot."""
         event.usage = slot.usage()
-        curve = self.policy.curve
-        if slot.spec is not None and curve is not None:  # a fixed block never measured the curve
-            event.usage.speculation["speedup"] = slot.spec.stats.speedup(curve.cost(1))
+        if slot.spec is not None and self.costs.ready:
+            event.usage.speculation["speedup"] = slot.spec.stats.speedup(self.costs.cost(1))
+            self.gain.add(slot.spec.stats, self.costs.cost(1))
+        if self.spec_enabled and time.monotonic() - self._saved > SAVE_EVERY_S:
+            self._save_costs()  # what traffic taught survives a restart
+            if self._fill_in is None and self.costs.missing():  # rows unvisited for long: measured again when idle
+                self._fill_in = FillIn(self.ctx, self.costs, seq_id=self.ctx.n_seq - 1)
         self._count(event)
         slot.emit(event)
         prefix.keep(slot, self.ctx, ok=event.error is None)

@@ -6,7 +6,8 @@ settings, the request schemas and the CLI take their types from here, and the UI
 choices from `names()` in /health instead of keeping its own list. Once a model is loaded,
 the engine's facts join them: the drafters it has (and the DFlash draft's kind), its default mode, and whether
 speculation is exact on this backend (`exact`, the reason in `exact_why`) and on (`enabled`),
-and on a banded GPU build the most verify rows it stays exact for (`max_rows`; null: any).
+and on a banded build the most verify rows it stays exact for (`max_rows`; null: any), and what
+it did for recent answers here (`measured`: their count and estimated speed-up; null before one).
 With --backend, `published()` adds the backend's own totals over all its traffic
 (`backend_counters`, from its Prometheus /metrics), asked when the route answers.
 
@@ -38,13 +39,13 @@ def facts(engine: Engine) -> dict:
         return names() | {
             "drafters": [], "default": "auto", "exact": None, "enabled": None, "max_rows": None, "draft": None,
             "exact_why": "speculation runs on the backend server, configured there", "draft_error": None,
-            "cost_curve": "none", "backend": True,
+            "cost_curve": "none", "measured": None, "backend": True,
         }
     return names() | {
         "drafters": sorted(engine.drafters), "default": engine.config.spec_mode,
         "exact": engine.spec_exact, "exact_why": engine.spec_exact_why, "enabled": engine.spec_enabled,
         "max_rows": engine.max_rows, "draft": _draft(engine),
-        "draft_error": engine.draft_error, "cost_curve": engine.cost_curve,
+        "draft_error": engine.draft_error, "cost_curve": engine.cost_curve, "measured": engine.gain.as_dict(),
     }
 
 

@@ -42,6 +42,7 @@ export function computerView(system, health) {
     h("h3", {}, t("models.speed_title")),
     h("p", { class: "hint" }, t("models.speed_explain")),
     h("p", { class: sp.cls }, sp.text),
+    sp.measured ? h("p", { "data-key": "speed-measured" }, sp.measured) : null,
     h("details", { class: "hw-details" },
       h("summary", {}, t("models.hw_details")),
       h("dl", { class: "facts" },
@@ -86,12 +87,22 @@ function speculationFacts(health, system) {
   if (!sp) return { text: t("models.speed_unknown"), cls: "muted", why: null };
   // a graphics card exact only up to a band of rows (server/speculation.py); the processor's band (16) is wider
   // than any verify flashdesk makes, so it goes unsaid there
+  const measured = sp.enabled ? measuredText(sp.measured) : null;
   if (sp.enabled && sp.exact && sp.max_rows && system.backend && system.backend !== "cpu") {
-    return { text: t("models.speed_on_gpu", { n: sp.max_rows - 1 }), cls: "ok-text", why: sp.exact_why };
+    return { text: t("models.speed_on_gpu", { n: sp.max_rows - 1 }), cls: "ok-text", why: sp.exact_why, measured };
   }
-  if (sp.enabled && sp.exact) return { text: t("models.speed_on"), cls: "ok-text", why: sp.exact_why };
-  if (sp.enabled) return { text: t("models.speed_on_inexact"), cls: "warn-text", why: sp.exact_why };
+  if (sp.enabled && sp.exact) return { text: t("models.speed_on"), cls: "ok-text", why: sp.exact_why, measured };
+  if (sp.enabled) return { text: t("models.speed_on_inexact"), cls: "warn-text", why: sp.exact_why, measured };
   return { text: t("models.speed_off"), cls: "warn-text", why: sp.exact_why };
+}
+
+/** What the speed-up did here for recent answers (server/speculation.py `measured`), never a promise:
+ * a computer where checking guesses costs about what it wins says so. */
+function measuredText(m) {
+  if (!m) return t("models.speed_measured_none");
+  const x = formatNumber(m.speedup, 1);
+  return m.speedup >= 1.05 ? t("models.speed_measured", { n: formatNumber(m.answers), x })
+    : t("models.speed_measured_flat", { n: formatNumber(m.answers), x });
 }
 
 /** What the speed-up does right now for the served model `m` (a model card's "Speed-up now"), from /health. */

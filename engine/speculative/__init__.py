@@ -29,7 +29,8 @@ The step, one module per stage, joined by loop.py (Stepper.step):
 Policy, around the step:
   policy.py   at admission: whether a request speculates, with which drafter and block
   state.py    per request: block length per step, acceptance estimates (and DrafterRecord)
-  chooser.py  the cost model (this machine's verify-cost curve and surface over rows and
-              sequences) that picks a path length on the batch it joins
+  costs.py    what a decode costs here, learned from every decode (rows and sequences
+              against ms), and the idle fill-in for the rows traffic has not visited
+  chooser.py  picks a path length, priced on the batch it joins
   params.py   the names and limits requests use: MODES, SELECTORS, MAX_BLOCK, SpecParams
 """

@@ -33,6 +33,7 @@ from ..llama.context import Context
 from . import accept, constrain
 from .drafters.base import Proposal, SeqView
 from .chooser import StepBatch, expected_committed
+from .costs import CostModel
 from .params import MAX_BLOCK
 from .select import Path, path_from
 from .verify import add_verify_rows, target_argmax, target_logits, token_logprobs
@@ -54,9 +55,10 @@ class Work:
 
 
 class Stepper:
-    def __init__(self, ctx: Context, max_rows: int | None = None):
+    def __init__(self, ctx: Context, max_rows: int | None = None, costs: CostModel | None = None):
         self.ctx = ctx
         self.max_rows = max_rows  # None: rows compute alike in a batch of any size
+        self.costs = costs  # every decode's time goes in: the chooser prices from what they cost
         self._prefilled = False  # the last banded step was a prompt chunk
         self._turn = 0  # banded steps: where the rotation of generating slots starts
 
@@ -71,6 +73,8 @@ class Stepper:
             t0 = time.perf_counter()
             self.ctx.decode(self.ctx.batch)
             verify_ms = (time.perf_counter() - t0) * 1000.0
+            if self.costs is not None:
+                self.costs.observe(self.ctx.batch.n, sum(1 for w in work if w.rows), verify_ms)
             for w in work:
                 self._settle(w, verify_ms)  # sample or accept; n_past moves to the new frontier
                 self._observe(w)  # the drafter sees the committed rows
@@ -145,15 +149,15 @@ class Stepper:
                 slot.spec.observe_draft_cost(share - catch_up)
                 path = self._select(slot, prop, n_draft)
                 if getattr(drafter, "free", False) and path.tokens:
-                    path = path.head(self._price(slot, available=len(path.tokens)))
+                    path = path.head(self._price(slot, len(path.tokens), path.sources))
                 if path.tokens:  # an empty path: this sequence decodes plainly this step
                     out[slot.seq_id] = path
         return out
 
-    def _price(self, slot, available: int | None = None) -> int:
+    def _price(self, slot, available: int | None = None, sources: list[str | None] | None = None) -> int:
         """The slot's path length on this step's batch, which then carries it."""
-        t = slot.spec.path_len(slot, available, self._batch)
-        self._batch.add(t, expected_committed(slot.spec.accept_rate, t), slot.spec.draft_ms)
+        t = slot.spec.path_len(slot, available, self._batch, sources)
+        self._batch.add(t, expected_committed(slot.spec.rates(sources), t), slot.spec.draft_ms)
         return t
 
     def _select(self, slot, prop: Proposal, n_draft: int) -> Path:
@@ -241,6 +245,8 @@ class Stepper:
         spec.stats.record(len(path.tokens), n, [src or own for src in (path.sources or [None] * n)[:n]])
         spec.stats.verify_ms += verify_ms
         spec.observe_acceptance(len(path.tokens), n)
+        if path.sources and all(path.sources):  # a combined drafter's path: what each source's tokens are worth
+            spec.record.observe_sources(path.sources, n)
         return list(path.tokens[:n]) + [int(bonus)]
 
     def _observe(self, w: Work) -> None:

@@ -49,17 +49,24 @@ class SpecStats:
     def tau(self) -> float:
         return self.committed / self.verifies if self.verifies else 0.0
 
-    def speedup(self, curve_plain_ms: float) -> float | None:
-        """Estimated speed-up over plain decoding for this answer: the tokens it decoded at
-        the plain per-token cost, over the time its drafts, selections, verifies and plain
-        steps took. The plain cost is what this request's own plain steps took when it had
-        a few (same load, same context length), else the cost curve's c(1). None when it
-        never verified a draft: nothing was sped up."""
-        if not self.verifies:
+    def plain_equivalent_ms(self, c1_ms: float) -> float:
+        """What this answer's decoding would have taken plainly: the tokens it decoded at the plain
+        per-token cost, which is what its own plain steps took when it had a few (same load, same
+        context length), else the learned c(1)."""
+        per_token = self.plain_ms / self.plain_steps if self.plain_steps >= 4 else c1_ms
+        return (self.committed + self.plain_steps) * per_token
+
+    @property
+    def spent_ms(self) -> float:
+        """What its decoding took: drafts, selections, verifies and plain steps."""
+        return self.draft_ms + self.select_ms + self.verify_ms + self.plain_ms
+
+    def speedup(self, c1_ms: float) -> float | None:
+        """Estimated speed-up over plain decoding for this answer (None when it never verified a
+        draft: nothing was sped up)."""
+        if not self.verifies or self.spent_ms <= 0:
             return None
-        per_token = self.plain_ms / self.plain_steps if self.plain_steps >= 4 else curve_plain_ms
-        spent = self.draft_ms + self.select_ms + self.verify_ms + self.plain_ms
-        return round((self.committed + self.plain_steps) * per_token / spent, 2) if spent > 0 else None
+        return round(self.plain_equivalent_ms(c1_ms) / self.spent_ms, 2)
 
     def record(self, n_drafted: int, n_accepted: int, sources: list[str] | None = None) -> None:
         """One verify: n_accepted of n_drafted path tokens accepted; `sources` names where each
@@ -91,3 +98,25 @@ class SpecStats:
             # committed tokens by who wrote them: drafters' accepted tokens, the target's bonus and plain steps
             "committed_by_source": dict(self.accepted_from, target=self.verifies + self.plain_steps),
         }
+
+
+class MeasuredGain:
+    """What speculation did for this computer's recent answers, for the people who use it: the
+    plain-equivalent time over the time spent, summed over about the last `memory` answers that
+    could speculate (those the chooser decoded plainly count as 1.0x). Worker thread only."""
+
+    def __init__(self, memory: float = 50.0):
+        self.keep = 1.0 - 1.0 / memory
+        self.plain_ms = self.spent_ms = 0.0
+        self.answers = 0
+
+    def add(self, stats: SpecStats, c1_ms: float) -> None:
+        if stats.spent_ms > 0:
+            self.plain_ms = self.keep * self.plain_ms + stats.plain_equivalent_ms(c1_ms)
+            self.spent_ms = self.keep * self.spent_ms + stats.spent_ms
+            self.answers += 1
+
+    def as_dict(self) -> dict | None:
+        if not self.answers:
+            return None
+        return {"answers": self.answers, "speedup": round(self.plain_ms / self.spent_ms, 2)}

@@ -2,7 +2,7 @@
 
 What it is: the engine's answer, at admission, to "how does this request decode?". It
 holds the drafters the engine has, what each has shown here across requests
-(`DrafterRecord`), and the machine's verify-cost curve once measured; `state_for` turns a
+(`DrafterRecord`), and the machine's learned decode costs; `state_for` turns a
 request into a `SpecState` (or None: plain decoding). Auto mode picks the DFlash draft
 (DFlash 2 or v1 alike) unless its record shows it useless or no faster than plain decoding on this machine, then
 prompt lookup, and gives the draft a request now and then so its record stays current. A
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..llama.sampler import TargetDistribution
 from ..prefix import costs_reuse
-from .chooser import CostCurve
+from .costs import CostModel
 from .drafters.base import Drafter
 from .params import MAX_BLOCK, SpecParams
 from .state import DrafterRecord, SpecState
@@ -34,7 +34,7 @@ class Policy:
         self.enabled = False  # speculation is lossless on this backend (or the user allowed inexact)
         self.max_rows: int | None = None  # a banded GPU build: verify rows (anchor + path) exact up to this many
         self.max_rollback: int | None = None  # recurrent memory: the most rejected tokens it can roll back
-        self.curve: CostCurve | None = None  # this machine's verify-cost curve, once known
+        self.costs = CostModel(1)  # what decodes cost here, learned from them (the engine sets its own)
         self.drafters: dict[str, Drafter] = {}
         self.records: dict[str, DrafterRecord] = {}  # what each drafter has shown here, across requests
         self._auto_requests = 0
@@ -58,8 +58,6 @@ class Policy:
         mode = self.mode if params.mode == "auto" else params.mode
         if mode == "off" or not self.enabled:
             return None
-        if not params.block and self.curve is None:
-            return None  # the chooser has no cost curve yet (being measured while idle): plain until then
         if mode == "auto":
             mode = self.auto_drafter()
             if costs_reuse(slot, prompt, self.drafters.get(mode)):
@@ -77,7 +75,7 @@ class Policy:
             # plainly, where the same seed draws the same tokens.
             return None
         # A fixed block drafts B-1 every step; otherwise the chooser picks T (or plain) per step.
-        curve = None if params.block else self.curve
+        costs = None if params.block else self.costs
         drafter = self.drafters[mode]
         # the path selector works on a lattice: a v1 draft (or lookup) proposes its path itself
         lattice = getattr(drafter, "kind", "dflash2" if mode == "dflash" else None) == "dflash2"
@@ -85,21 +83,21 @@ class Policy:
         info = getattr(drafter, "info", None)  # a DFlash draft cannot draft past its block_size
         block = min(params.block or self.block, info.block_size if info else MAX_BLOCK, self.max_block)
         dist = None if sampling.greedy else TargetDistribution(sampling, self.n_vocab)
-        return SpecState(params, drafter, block, self.n_ctx, curve, selector, self.records[mode], dist=dist,
+        return SpecState(params, drafter, block, self.n_ctx, costs, selector, self.records[mode], dist=dist,
                          seed=sampling.seed)
 
     def _draft_adds(self) -> bool:
         """For a request with a grammar: is the draft worth its call beside the forced and copied
         spans? Yes until the combined drafter has EXPLORE_TRIALS first-position trials here, then
-        only while its record is faster than grammar+lookup's on this machine's curve (on work
+        only while its record is faster than grammar+lookup's at this machine's costs (on work
         orders the spans write nearly everything and the draft's call is pure cost), with every
         REFRESH-th such request trying it again."""
         mixed, spans = self.records.get("grammar+lookup+dflash"), self.records.get("grammar+lookup")
         if mixed is None:
             return False
-        if mixed.trials[0] < EXPLORE_TRIALS or self.curve is None or spans is None:
+        if mixed.trials[0] < EXPLORE_TRIALS or not self.costs.ready or spans is None:
             return True
-        if mixed.speed(self.curve, self.max_block - 1) > spans.speed(self.curve, self.max_block - 1):
+        if mixed.speed(self.costs, self.max_block - 1) > spans.speed(self.costs, self.max_block - 1):
             return True
         self._auto_constrained += 1
         return self._auto_constrained % REFRESH == 0
@@ -107,17 +105,17 @@ class Policy:
     def auto_drafter(self) -> str:
         """The drafter auto mode uses for the next request: the DFlash draft, unless its record
         shows it useless (random, mismatched) or, after EXPLORE_TRIALS tries, no faster than
-        plain decoding on this machine's cost curve (a lossless draft whose verify costs more
+        plain decoding at this machine's costs (a lossless draft whose verify costs more
         than its tau earns, as on a 2-core CPU): then prompt lookup, which still wins on
         copy-heavy text. Every REFRESH-th such request tries the draft again, so its record
         follows a change of use."""
         rec = self.records.get("dflash")
         if rec is None or rec.useless():
             return "lookup"
-        curve = self.curve
-        if rec.trials[0] < EXPLORE_TRIALS or curve is None:  # None: a fixed block, asked before the curve
+        costs = self.costs
+        if rec.trials[0] < EXPLORE_TRIALS or not costs.ready:  # fixed blocks only so far: no timed plain decode
             return "dflash"
-        if rec.speed(curve, self.max_block - 1) > 1.0 / curve.cost(1):
+        if rec.speed(costs, self.max_block - 1) > 1.0 / costs.cost(1):
             return "dflash"
         self._auto_requests += 1
         return "dflash" if self._auto_requests % REFRESH == 0 else "lookup"

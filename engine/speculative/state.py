@@ -10,13 +10,20 @@ import math
 import numpy as np
 
 from ..llama.sampler import TargetDistribution
-from .chooser import CostCurve, StepBatch, choose_path_len, expected_committed
+from .chooser import StepBatch, choose_path_len, expected_committed
+from .costs import CostModel
 from .drafters.base import Drafter
 from .params import MAX_BLOCK, SpecParams, SpecStats
 
 PROBE_BUDGET = 0.015  # probing a drafter the chooser benched may cost at most this share of plain time
 MIN_PROBE_EVERY = 8
 MAX_MISSES = 4  # auto mode retires a drafter after this many fruitless probes in a row
+
+
+def source_key(sources: list[str | None], i: int) -> tuple[str, bool]:
+    """Token i's source, and whether it continues a run of that source (a copy's first token is
+    the uncertain one; the next ones follow it)."""
+    return sources[i], i > 0 and sources[i - 1] == sources[i]
 
 
 class DrafterRecord:
@@ -32,6 +39,11 @@ class DrafterRecord:
         self.hits = [0.0] * (MAX_BLOCK - 1)  # [MAX_BLOCK-1] accepted at position i
         self.trials = [0.0] * (MAX_BLOCK - 1)  # [MAX_BLOCK-1] drafted at position i (earlier ones accepted)
         self.draft_ms = 0.0  # cost of one draft call for one sequence (0: not measured yet)
+        # A combined drafter's path tokens by where they came from: (source, continues that source's
+        # run) -> [accepted, tried] given the path's earlier tokens were accepted. A forced grammar
+        # span is near certain where a copied one is not; pricing both at the drafter's positional
+        # rate would cut long forced spans short. Shared live by this drafter's requests.
+        self.by_source: dict[tuple[str, bool], list[float]] = {}
 
     @property
     def accept_rate(self) -> list[float]:
@@ -43,13 +55,26 @@ class DrafterRecord:
         then prefers another drafter (a mismatched or random draft; lookup still copies)."""
         return self.trials[0] >= min_trials and self.accept_rate[0] < floor
 
-    def speed(self, curve: CostCurve, t_max: int = MAX_BLOCK - 1) -> float:
+    def speed(self, costs: CostModel, t_max: int = MAX_BLOCK - 1) -> float:
         """Expected committed tokens per millisecond of the best path length (plain if no
-        length beats it), from this record's acceptance and cost on this machine's curve."""
-        best = 1.0 / curve.cost(1)
+        length beats it), from this record's acceptance and cost on this machine (needs costs.ready)."""
+        best = 1.0 / costs.cost(1)
         for t in range(1, t_max + 1):
-            best = max(best, expected_committed(self.accept_rate, t) / (curve.cost(t + 1) + self.draft_ms))
+            best = max(best, expected_committed(self.accept_rate, t) / (costs.cost(t + 1) + self.draft_ms))
         return best
+
+    def source_rate(self, key: tuple[str, bool], fallback: float) -> float:
+        hits, trials = self.by_source.get(key, (0.0, 0.0))
+        return (hits + fallback * self.strength) / (trials + self.strength)
+
+    def observe_sources(self, sources: list[str], n_accepted: int) -> None:
+        """A verified path's tokens by source: 0..n_accepted-1 accepted, n_accepted (if any) not."""
+        for i, src in enumerate(sources[:n_accepted + 1]):
+            cell = self.by_source.setdefault(source_key(sources, i), [0.0, 0.0])
+            cell[0] += i < n_accepted
+            cell[1] += 1.0
+            if cell[1] > self.memory:
+                cell[0], cell[1] = cell[0] * self.memory / cell[1], self.memory
 
     def merge(self, state: "SpecState") -> None:
         st = state.stats
@@ -68,14 +93,14 @@ class DrafterRecord:
 
 class SpecState:
     def __init__(self, params: SpecParams, drafter: Drafter, block: int, n_ctx: int,
-                 curve: CostCurve | None = None, selector: str | None = None,
+                 costs: CostModel | None = None, selector: str | None = None,
                  record: DrafterRecord | None = None, dist: TargetDistribution | None = None,
                  seed: int | None = None):
         self.params = params
         self.drafter = drafter
         self.block = block  # B: anchor + B-1 drafted slots (the most; the chooser may draft fewer)
         self.n_ctx = n_ctx
-        self.curve = curve  # None: always draft the whole block (a fixed `block` was asked for)
+        self.costs = costs  # None: always draft the whole block (a fixed `block` was asked for)
         self.stats = SpecStats(mode=drafter.name, selector=selector)
         self.record = record if record is not None else DrafterRecord()
         # Running estimate of P(position i accepted | positions < i accepted), for choosing T.
@@ -103,15 +128,27 @@ class SpecState:
                     slot.max_new - len(slot.output) - 1)  # accepted + bonus must fit max_tokens
         return 0 if self.retired else max(t_max, 0)
 
-    def path_len(self, slot, available: int | None = None, batch: StepBatch | None = None) -> int:
-        """Path tokens to draft this step (of the `available` a free drafter already offers), priced
-        on the step's `batch` (None: this sequence alone): 0 means decode plainly."""
+    def rates(self, sources: list[str | None] | None = None) -> list[float]:
+        """P(path token i accepted | those before it were), for a path whose tokens came from
+        `sources` (a combined drafter's), else by position alone."""
+        if not sources:
+            return self.accept_rate
+        return [self.record.source_rate(source_key(sources, i), rate) if sources[i] else rate
+                for i, rate in zip(range(len(sources)), self.accept_rate)]
+
+    def path_len(self, slot, available: int | None = None, batch: StepBatch | None = None,
+                 sources: list[str | None] | None = None) -> int:
+        """Path tokens to draft this step (of the `available` a free drafter already offers, whose
+        tokens came from `sources`), priced on the step's `batch` (None: this sequence alone): 0
+        means decode plainly."""
         t_max = self.path_cap(slot) if available is None else min(self.path_cap(slot), available)
         if t_max <= 0:
             return 0
-        if self.curve is None:
+        if self.costs is None:
             return t_max
-        t = choose_path_len(self.accept_rate, t_max, self.curve, self.draft_ms, batch)
+        if not self.costs.ready:  # the first decodes of a fresh install: timed plainly, then priced
+            return 0
+        t = choose_path_len(self.rates(sources), t_max, self.costs, self.draft_ms, batch)
         self._probing = False
         if t == 0:
             self._plain_run += 1
@@ -123,8 +160,8 @@ class SpecState:
     def _probe_floor(self) -> int:
         """Plain steps between probes so that probes that miss cost at most PROBE_BUDGET of
         the time: a probe costs one draft call and one extra verify row more than a plain step."""
-        c1 = self.curve.cost(1)
-        extra = self.curve.cost(2) - c1 + self.draft_ms
+        c1 = self.costs.cost(1)
+        extra = self.costs.cost(2) - c1 + self.draft_ms
         return max(MIN_PROBE_EVERY, math.ceil(extra / (PROBE_BUDGET * c1)))
 
     def observe_acceptance(self, n_drafted: int, n_accepted: int, decay: float = 0.8) -> None:

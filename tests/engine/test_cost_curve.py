@@ -1,61 +1,78 @@
-"""The verify-cost curve (and its surface over rows and sequences) is measured while the engine
-is idle (issue 16): a request that comes first decodes plainly at once instead of waiting
-seconds for the measurement, the output is the same either way, and the curve, once measured,
-is kept beside the model for the next start."""
+"""The chooser learns what decodes cost from the requests it serves (issue 42): a fresh install
+speculates from its first request, without waiting for any measurement; the idle fill-in times
+the rows traffic has not visited on a sequence of its own, never on a busy one; answers are
+plain decoding's throughout; and what was learned is kept beside the model for the next start."""
 
 from __future__ import annotations
 
 import json
+import threading
 
 from conftest import TEST_CTX
 from engine import Engine, EngineConfig, SamplingParams
-from engine.speculative.chooser import MAX_ROWS, CostCurve
+from engine.speculative.costs import MAX_ROWS, MIN_SAMPLES, VERSION
+from engine.speculative.params import SpecParams
 
 GREEDY = SamplingParams(temperature=0)
-ORDER = [{"role": "user", "content": "Repeat exactly: 200 mugs, white, logo on both sides, ship to Taichung."}]
+ORDERS = [[{"role": "user", "content": f"Repeat exactly: {n} mugs, white, logo on both sides, ship to {city}."}]
+          for n, city in ((200, "Taichung"), (40, "Tainan"), (75, "Hsinchu"), (320, "Keelung"))]
 
 
-def test_requests_before_the_curve_decode_plainly_and_the_curve_is_kept(model_path, engine, tmp_path):
+def watch_decodes(eng: Engine) -> list[str]:
+    """Wrap the target context's decode: every batch may hold only the sequences of busy slots, or,
+    while no slot is busy, the fill-in's own. Returns the list the violations go into."""
+    bad: list[str] = []
+    decode, fill_seq = eng.ctx.decode, eng.ctx.n_seq - 1
+
+    def checked(batch):
+        seqs = set(batch.rows_of)
+        busy = {s.seq_id for s in eng._slots if s.busy}
+        if not (seqs <= busy or (not busy and seqs == {fill_seq})):
+            bad.append(f"decode into {sorted(seqs)} while slots {sorted(busy)} were busy")
+        return decode(batch)
+
+    eng.ctx.decode = checked
+    return bad
+
+
+def test_a_fresh_install_speculates_from_its_first_requests_and_keeps_what_it_learned(model_path, engine, tmp_path):
     cache = tmp_path / "verify-cost-2t.json"
-    config = EngineConfig(n_ctx=TEST_CTX, n_parallel=2, n_threads=2, cost_cache=str(cache))
-    plain = engine.chat(ORDER, sampling=GREEDY, max_tokens=24)
+    config = EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2, cost_cache=str(cache))
+    plain = [engine.chat(o, sampling=GREEDY, max_tokens=32, speculative=SpecParams(mode="off")).tokens for o in ORDERS]
     eng = Engine.load(model_path, config)
     try:
-        # Several requests at once, right after the load: each interrupts the measurement (dozens
-        # of decodes), none waits for it, and none speculates without the chooser's curve.
-        first = [eng.chat(ORDER, sampling=GREEDY, max_tokens=24) for _ in range(3)]
-        assert eng.cost_curve == "measuring"
-        assert all(c.usage.speculation is None and c.tokens == plain.tokens for c in first)
+        bad = watch_decodes(eng)
+        assert eng.cost_curve == "learning" and not eng.costs.ready
+        # Four requests at once, right after the load, then four one after another: none waits for a
+        # measurement, each speculates once its first plain decodes have timed c(1).
+        out: dict[int, object] = {}
+        threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, eng.chat(
+            ORDERS[i], sampling=GREEDY, max_tokens=32))) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        after = [eng.chat(o, sampling=GREEDY, max_tokens=32) for o in ORDERS]
+        assert [out[i].tokens for i in range(4)] == plain and [c.tokens for c in after] == plain
+        assert all(c.usage.speculation and c.usage.speculation["mode"] == "lookup" for c in after)
+        assert sum(c.usage.speculation["verifies"] for c in after) > 0  # learned enough to verify
+        assert eng.costs.ready and eng.costs.cells.get((4, 4)), "the 4-stream decodes were timed"
 
-        assert eng.curve_ready.wait(120), "the measurement never finished"
-        assert eng.cost_curve == "ready"
-        kept = json.loads(cache.read_text("utf-8"))
-        assert kept["n_threads"] == 2 and len(kept["verify_ms"]) == MAX_ROWS + 1
-        ms = kept["verify_ms"][1:]
-        assert all(a > 0 for a in ms) and ms == sorted(ms)  # c(1..16): positive, never cheaper with more rows
-        assert kept["batch_ms"] == []  # no surface over sequences yet: it would cost kept prefixes
-
-        # The paused and resumed measurement left nothing behind: answers are still plain decoding's,
-        # now with the chooser (auto: prompt lookup, no draft here).
-        after = eng.chat(ORDER, sampling=GREEDY, max_tokens=24)
-        assert after.tokens == plain.tokens and after.usage.speculation["mode"] == "lookup"
+        assert eng.curve_ready.wait(120), "the idle fill-in never finished"
+        assert eng.cost_curve == "ready" and eng.costs.missing() == []
+        assert bad == []
+        assert eng.chat(ORDERS[0], sampling=GREEDY, max_tokens=32).tokens == plain[0]
     finally:
         eng.close()
+    kept = json.loads(cache.read_text("utf-8"))
+    assert kept["version"] == VERSION and kept["n_threads"] == 2
+    one = {r for r, b, ms in kept["cells"] if b == 1 and len(ms) >= MIN_SAMPLES and all(x > 0 for x in ms)}
+    assert one >= set(range(1, MAX_ROWS + 1))
 
-    again = Engine.load(model_path, config)  # the next start reads the kept curve: ready at once
+    again = Engine.load(model_path, config)  # the next start reads what was learned: ready at once
     try:
         assert again.curve_ready.is_set() and again.cost_curve == "ready"
-        assert again.chat(ORDER, sampling=GREEDY, max_tokens=24).usage.speculation["mode"] == "lookup"
+        first = again.chat(ORDERS[1], sampling=GREEDY, max_tokens=32)
+        assert first.tokens == plain[1] and first.usage.speculation["mode"] == "lookup"
     finally:
         again.close()
-
-
-def test_a_curve_for_other_threads_another_build_or_a_broken_file_is_measured_again(tmp_path):
-    path = tmp_path / "verify-cost-2t.json"
-    CostCurve([0.0] + [float(k) for k in range(1, MAX_ROWS + 1)], 4, 256, build="abc").save(path)
-    assert CostCurve.load(path, 4, "abc") is not None and CostCurve.load(path, 2, "abc") is None
-    # another llama.cpp build (a patch that changes the kernels, GGML_BATCH_INVARIANT=0): its own curve
-    assert CostCurve.load(path, 4, "def") is None
-    path.write_text("{not json", "utf-8")
-    assert CostCurve.load(path, 4) is None
-    assert CostCurve.load(tmp_path / "missing.json", 2) is None

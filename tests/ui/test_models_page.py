@@ -42,7 +42,7 @@ def test_models_page_lists_model_and_computer_and_refuses_broken_files(tab, tmp_
     computer = page.locator(".computer-card")
     expect(computer.locator(".hw-lead")).to_have_text("flashdesk is using the processor (CPU), 2 threads.")
     expect(computer).to_contain_text("no graphics-card support")
-    expect(computer).to_contain_text("On: answers come faster")
+    expect(computer).to_contain_text("On: answers are exactly the same as without it.")
     page.wait_for_timeout(300)  # let the last health answer settle before the picture
     tab.shot("models-en")
 
@@ -144,8 +144,32 @@ def test_the_processors_band_goes_unsaid(tab):
 
     tab.page.route("**/health", banded)
     computer = tab.open("#/models").locator(".computer-card")
-    expect(computer).to_contain_text("On: answers come faster and are exactly the same as without it.")
+    expect(computer).to_contain_text("On: answers are exactly the same as without it.")
     expect(computer).not_to_contain_text("graphics card flashdesk checks")
+
+
+def test_the_page_says_what_the_speed_up_measured_here(tab):
+    """Never a promise: the page says what recent answers measured on this computer (issue 42),
+    and says so plainly where it saved next to nothing."""
+    measured = {"value": None}
+
+    def with_measured(route):
+        health = route.fetch().json()
+        if health.get("speculation"):
+            health["speculation"] |= {"exact": True, "enabled": True, "measured": measured["value"]}
+        route.fulfill(json=health)
+
+    tab.page.route("**/health", with_measured)
+    computer = tab.open("#/models").locator(".computer-card")
+    expect(computer).to_contain_text("How much faster it makes answers here is measured as you use it.")
+    measured["value"] = {"answers": 12, "speedup": 1.62}
+    computer = tab.open("#/models").locator(".computer-card")
+    expect(computer.locator('[data-key="speed-measured"]')).to_have_text(
+        "Measured here: the last 12 answers came about 1.6× faster.")
+    measured["value"] = {"answers": 30, "speedup": 1.01}
+    computer = tab.open("#/models").locator(".computer-card")
+    expect(computer.locator('[data-key="speed-measured"]')).to_contain_text(
+        "over the last 30 answers it saved next to nothing (1.0×)")
 
 
 SMOL = {"name": "smollm2", "title": "SmolLM2-135M-Instruct (Q4_1)", "size": 98362432, "license": "Apache-2.0",

@@ -6,7 +6,9 @@ schema fixes. At each step this drafter follows the request's output through its
 optional blank or the next character (`space ::= " "?`), it takes what this output did last time
 after the same character (json.dumps's habit, a blank after "," and ":", until it has seen one).
 The span is tokenized as the target's tokenizer would, and its trailing blanks are left out: the
-model writes a blank together with the text after it (` "`, ` null`).
+model writes a blank together with the text after it (` "`, ` null`). Where the span ends at a
+choice of a few characters, a last token the model would write glued to any of them (`":"` for
+`":` then `"`) is left out too.
 
 It costs no model call. The target verifies the span like any draft, so a different split by the
 model, or a habit it does not keep, is a rejection: the output is plain constrained decoding's.
@@ -42,28 +44,31 @@ class _Follow:
             if self.state is None:
                 return
             chars, _ = self.g.next_chars(self.state)
-            if chars and chars & set(BLANKS) and len(chars - set(BLANKS)) <= 1:  # a blank was optional here
+            if chars and chars & set(BLANKS) and chars - set(BLANKS):  # a blank was optional here
                 self.habit[self.prev] = ch if ch in BLANKS else ""
             self.state = self.g.advance(self.state, ch) or None  # None: lost (text the grammar refuses)
             self.prev = ch
 
-    def forced(self, limit: int = MAX_CHARS) -> str:
-        """The text that follows for sure (blanks by habit), as far as it goes."""
+    def forced(self, limit: int = MAX_CHARS) -> tuple[str, frozenset[str] | None]:
+        """The text that follows for sure (blanks by habit), as far as it goes, and the few
+        characters one of which comes next there (None: free text, or the grammar may end)."""
         out, st, prev = [], self.state, self.prev
         while st and len(out) < limit:
             chars, ends = self.g.next_chars(st)
             if ends or not chars:
-                break
+                return "".join(out), None
             solid = chars - set(BLANKS)
             if len(chars) == 1:
                 ch = next(iter(chars))
             elif len(solid) <= 1 and prev in self.habit and (self.habit[prev] in chars or solid):
                 ch = self.habit[prev] or next(iter(solid))
-            else:
-                break
+            else:  # a choice: what may come next, the blank by habit where a blank is optional here
+                blank = self.habit.get(prev)
+                likely = {blank} if blank and blank in chars else solid if blank == "" and solid else chars
+                return "".join(out), frozenset(likely)
             out.append(ch)
             st, prev = self.g.advance(st, ch), ch
-        return "".join(out)
+        return "".join(out), None
 
 
 class GrammarDrafter:
@@ -87,8 +92,17 @@ class GrammarDrafter:
         f = self._follow(view)
         if f is None or f.state is None:
             return []
-        text = f.forced().rstrip(BLANKS)
-        return self.model.tokenize(text, add_bos=False, special=False)[:n_draft] if text else []
+        forced, after = f.forced()
+        text = forced.rstrip(BLANKS)
+        if not text:
+            return []
+        tokens = self.model.tokenize(text, add_bos=False, special=False)
+        # A token the model writes glued to the character after the span (`":"` where the span ends
+        # in `":`) would be rejected for sure: keep the tokens every possible next character leaves alone.
+        for ch in after or ():
+            glued = self.model.tokenize(forced + ch, add_bos=False, special=False)
+            tokens = tokens[:next((i for i, (a, b) in enumerate(zip(tokens, glued)) if a != b), len(tokens))]
+        return tokens[:n_draft]
 
     def _follow(self, view: SeqView) -> _Follow | None:
         out = view.tokens[view.n_prompt:]

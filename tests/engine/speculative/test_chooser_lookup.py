@@ -1,11 +1,26 @@
 """The block-length chooser and prompt lookup: pure logic, no model."""
 
-from engine.speculative.chooser import ROWS_PER_SEQ, SEQS, CostCurve, StepBatch, choose_path_len, expected_committed
+from engine.speculative.chooser import StepBatch, choose_path_len, expected_committed
+from engine.speculative.costs import MIN_SAMPLES, CostModel
 from engine.speculative.drafters.lookup import PromptLookupDrafter
 
+
+def learned(ms: list[float], per_row: float | None = None, seqs: tuple[int, ...] = ()) -> CostModel:
+    """A cost model that timed c(1..16) of one sequence as `ms`, and, with `per_row`, decodes of
+    1..16 rows each over `seqs` sequences at a fixed part plus `per_row` ms per row."""
+    model = CostModel(2)
+    for _ in range(MIN_SAMPLES):
+        for k, x in enumerate(ms, 1):
+            model.observe(k, 1, x)
+        for s in seqs:
+            for r in range(s, 17):
+                model.observe(r, s, ms[0] + per_row * (r - 1))
+    return model
+
+
 # This machine's shape of the cost curve (DESIGN.md §5): nearly linear on a 2-core CPU.
-CPU = CostCurve([0, 7.0, 13.0, 16.0, 19.3, 22.6, 25.9, 29.2, 32.6] + [32.6 + 3.3 * i for i in range(1, 9)], 2, 256)
-GPU = CostCurve([0] + [7.0 + 0.1 * k for k in range(16)], 1, 256)  # nearly flat up to 16 rows
+CPU = learned([7.0, 13.0, 16.0, 19.3, 22.6, 25.9, 29.2, 32.6] + [32.6 + 3.3 * i for i in range(1, 9)])
+GPU = learned([7.0 + 0.1 * k for k in range(16)])  # nearly flat up to 16 rows
 
 
 def test_expected_committed():
@@ -31,19 +46,7 @@ def test_draft_cost_counts():
 
 
 # A CPU surface: a decode costs a fixed part plus about 3.3 ms per row, whoever's rows they are
-SURFACE = CostCurve(CPU.verify_ms, 2, 256, [[7.0 + 3.3 * (s * r - 1) for r in ROWS_PER_SEQ] for s in SEQS])
-
-
-def test_the_surface_prices_rows_over_sequences():
-    assert SURFACE.batch_cost(5, 1) == CPU.cost(5)  # one sequence: the curve itself
-    assert SURFACE.batch_cost(4, 4) == 7.0 + 3.3 * 3  # measured points
-    assert SURFACE.batch_cost(32, 4) == 7.0 + 3.3 * 31
-    assert SURFACE.batch_cost(12, 4) == 7.0 + 3.3 * 11  # 3 rows each: between the measured 2 and 4
-    assert SURFACE.batch_cost(3, 3) == (SURFACE.batch_cost(2, 2) + SURFACE.batch_cost(4, 4)) / 2
-    assert SURFACE.batch_cost(16, 16) == 2 * SURFACE.batch_cost(8, 8)  # past 8 sequences: proportional
-    assert SURFACE.batch_cost(64, 2) > SURFACE.batch_cost(32, 2)  # a prompt chunk beside: the slope goes on
-    alone = CostCurve(CPU.verify_ms, 2, 256)  # a curve without the surface prices as one sequence
-    assert alone.batch_cost(4, 4) == CPU.cost(4)
+SURFACE = learned([7.0 + 3.3 * (k - 1) for k in range(1, 17)], 3.3, seqs=(4, 8))
 
 
 def test_a_path_is_priced_on_the_batch_it_joins():
@@ -171,7 +174,7 @@ def test_auto_adds_the_draft_to_the_spans_only_while_it_pays():
     policy = Policy(mode="auto", selector="walk", block=8, n_ctx=4096, n_vocab=100)
     for name in ("grammar+lookup", "grammar+lookup+dflash"):
         policy.add(Named(name))
-    policy.curve = CPU
+    policy.costs = CPU
     assert policy._draft_adds()  # not tried yet: it is
     spans, mixed = policy.records["grammar+lookup"], policy.records["grammar+lookup+dflash"]
     for rec, draft_ms in ((spans, 0.0), (mixed, 6.0)):  # the same acceptance; the draft's call costs 6 ms
@@ -182,3 +185,22 @@ def test_auto_adds_the_draft_to_the_spans_only_while_it_pays():
     mixed.draft_ms = 0.0
     mixed.hits = [99.0] * 15  # now it is the faster one
     assert policy._draft_adds()
+
+
+def test_a_forced_span_is_priced_at_what_forced_tokens_are_worth():
+    """A combined drafter's path: the grammar's forced tokens are near certain, a copied run's first
+    token is not. Priced by position alone (the drafter's mixed record) a long forced span is cut
+    short; priced by source it goes through, and the copy after it only where it pays."""
+    from engine.speculative.params import SpecParams
+    from engine.speculative.state import DrafterRecord, SpecState
+
+    rec = DrafterRecord(prior=0.5)
+    for _ in range(100):  # what verified paths showed: forced tokens kept, copies' first tokens mostly not
+        rec.observe_sources(["grammar"] * 6, 6)
+        rec.observe_sources(["lookup"] * 4, 0 if _ % 5 else 4)
+    st = SpecState(SpecParams(mode="auto"), PromptLookupDrafter(), 8, 4096, CPU, record=rec)
+    st.accept_rate = [0.5] * 7  # the positional estimate, mixed over both kinds of path
+    span = ["grammar"] * 6 + ["lookup"]
+    assert st.path_len(_Slot, available=7) < 6
+    assert st.path_len(_Slot, available=7, sources=span) == 6  # the span, not the doubtful copy after it
+    assert st.path_len(_Slot, available=4, sources=["lookup"] * 4) == 0
