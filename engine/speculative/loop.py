@@ -145,7 +145,8 @@ class Stepper:
             first = proposals[0] if proposals else Proposal()
             catch_up = first.inject_ms / len(group) if first.inject_rows > MAX_BLOCK * len(group) else 0.0
             for slot, prop in zip(group, proposals):
-                slot.spec.stats.draft_ms += share
+                slot.spec.stats.draft_ms += share - catch_up
+                slot.spec.stats.upkeep_ms += catch_up
                 slot.spec.observe_draft_cost(share - catch_up)
                 path = self._select(slot, prop, n_draft)
                 if getattr(drafter, "free", False) and path.tokens:
@@ -261,7 +262,9 @@ class Stepper:
             return
         first = slot.n_past - w.kept
         try:
+            t0 = time.perf_counter()
             slot.spec.drafter.observe([(slot.seq_id, first + j, row) for j, row in enumerate(w.rows[:w.kept])])
+            slot.spec.stats.upkeep_ms += (time.perf_counter() - t0) * 1000.0
         except EngineError as e:
             log.warning("%s drafter lost sequence %d, decoding it plainly: %s",
                         slot.spec.drafter.name, slot.seq_id, e.message)

@@ -43,6 +43,7 @@ class SpecStats:
     verify_ms: float = 0.0  # this request's share of target batches that carried its verify rows
     plain_steps: int = 0  # steps decoded without speculation (the chooser found plain faster)
     plain_ms: float = 0.0  # target time of those steps
+    upkeep_ms: float = 0.0  # keeping the drafter in step with committed rows (a draft's feature copies and catch-up)
     accepted_from: dict[str, int] = field(default_factory=dict)  # accepted path tokens per source (grammar, ...)
 
     @property
@@ -58,8 +59,8 @@ class SpecStats:
 
     @property
     def spent_ms(self) -> float:
-        """What its decoding took: drafts, selections, verifies and plain steps."""
-        return self.draft_ms + self.select_ms + self.verify_ms + self.plain_ms
+        """What its decoding took: drafts, selections, verifies, plain steps and the drafter's upkeep."""
+        return self.draft_ms + self.select_ms + self.verify_ms + self.plain_ms + self.upkeep_ms
 
     def speedup(self, c1_ms: float) -> float | None:
         """Estimated speed-up over plain decoding for this answer (None when it never verified a
@@ -95,6 +96,7 @@ class SpecStats:
             "accepted_at": list(self.accepted_at), "drafted_at": list(self.drafted_at),
             "draft_ms": round(self.draft_ms, 2), "select_ms": round(self.select_ms, 3),
             "verify_ms": round(self.verify_ms, 2), "plain_ms": round(self.plain_ms, 2),
+            "upkeep_ms": round(self.upkeep_ms, 2),
             # committed tokens by who wrote them: drafters' accepted tokens, the target's bonus and plain steps
             "committed_by_source": dict(self.accepted_from, target=self.verifies + self.plain_steps),
         }

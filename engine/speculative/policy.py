@@ -104,16 +104,19 @@ class Policy:
 
     def auto_drafter(self) -> str:
         """The drafter auto mode uses for the next request: the DFlash draft, unless its record
-        shows it useless (random, mismatched) or, after EXPLORE_TRIALS tries, no faster than
-        plain decoding at this machine's costs (a lossless draft whose verify costs more
-        than its tau earns, as on a 2-core CPU): then prompt lookup, which still wins on
+        shows it useless (random, mismatched) or, once a request has used it, no faster than
+        plain decoding at this machine's costs, its upkeep on every token counted (a lossless
+        draft whose verify costs more than its tau earns, as on a 2-core CPU; until EXPLORE_TRIALS
+        tries its acceptance is mostly the prior's): then prompt lookup, which still wins on
         copy-heavy text. Every REFRESH-th such request tries the draft again, so its record
         follows a change of use."""
         rec = self.records.get("dflash")
         if rec is None or rec.useless():
             return "lookup"
         costs = self.costs
-        if rec.trials[0] < EXPLORE_TRIALS or not costs.ready:  # fixed blocks only so far: no timed plain decode
+        if not costs.ready:  # fixed blocks only so far: no timed plain decode
+            return "dflash"
+        if rec.trials[0] < EXPLORE_TRIALS and not rec.upkeep_ms:  # not tried yet: try it
             return "dflash"
         if rec.speed(costs, self.max_block - 1) > 1.0 / costs.cost(1):
             return "dflash"

@@ -39,6 +39,7 @@ class DrafterRecord:
         self.hits = [0.0] * (MAX_BLOCK - 1)  # [MAX_BLOCK-1] accepted at position i
         self.trials = [0.0] * (MAX_BLOCK - 1)  # [MAX_BLOCK-1] drafted at position i (earlier ones accepted)
         self.draft_ms = 0.0  # cost of one draft call for one sequence (0: not measured yet)
+        self.upkeep_ms = 0.0  # per committed token, paid with or without a verify (a draft's feature copies)
         # A combined drafter's path tokens by where they came from: (source, continues that source's
         # run) -> [accepted, tried] given the path's earlier tokens were accepted. A forced grammar
         # span is near certain where a copied one is not; pricing both at the drafter's positional
@@ -57,10 +58,14 @@ class DrafterRecord:
 
     def speed(self, costs: CostModel, t_max: int = MAX_BLOCK - 1) -> float:
         """Expected committed tokens per millisecond of the best path length (plain if no
-        length beats it), from this record's acceptance and cost on this machine (needs costs.ready)."""
-        best = 1.0 / costs.cost(1)
+        length beats it), from this record's acceptance and cost on this machine (needs costs.ready).
+        The drafter's upkeep is paid on every committed token, plain or verified: a draft that must see
+        every row is slower than plain decoding without it unless its paths win more than that."""
+        u = self.upkeep_ms
+        best = 1.0 / (costs.cost(1) + u)
         for t in range(1, t_max + 1):
-            best = max(best, expected_committed(self.accept_rate, t) / (costs.cost(t + 1) + self.draft_ms))
+            e = expected_committed(self.accept_rate, t)
+            best = max(best, e / (costs.cost(t + 1) + self.draft_ms + u * e))
         return best
 
     def source_rate(self, key: tuple[str, bool], fallback: float) -> float:
@@ -89,6 +94,10 @@ class DrafterRecord:
                 self.trials[i] *= scale
         if state.draft_ms:
             self.draft_ms = state.draft_ms if not self.draft_ms else 0.5 * (self.draft_ms + state.draft_ms)
+        tokens = st.committed + st.plain_steps
+        if tokens and st.upkeep_ms:
+            per = st.upkeep_ms / tokens
+            self.upkeep_ms = per if not self.upkeep_ms else 0.5 * (self.upkeep_ms + per)
 
 
 class SpecState:

@@ -204,3 +204,24 @@ def test_a_forced_span_is_priced_at_what_forced_tokens_are_worth():
     assert st.path_len(_Slot, available=7) < 6
     assert st.path_len(_Slot, available=7, sources=span) == 6  # the span, not the doubtful copy after it
     assert st.path_len(_Slot, available=4, sources=["lookup"] * 4) == 0
+
+
+def test_a_draft_whose_upkeep_costs_more_than_its_paths_win_leaves_auto_to_lookup():
+    """A DFlash draft copies the target's features on every committed token, verified or not: once a
+    request has shown that upkeep, auto judges the draft with it counted, before its EXPLORE_TRIALS."""
+    from engine.speculative.policy import EXPLORE_TRIALS, Policy
+
+    class Named:
+        def __init__(self, name):
+            self.name = name
+
+    policy = Policy(mode="auto", selector="walk", block=8, n_ctx=4096, n_vocab=100)
+    policy.add(Named("dflash"))
+    policy.costs = CPU
+    rec = policy.records["dflash"]
+    rec.draft_ms = 8.0
+    assert rec.trials[0] < EXPLORE_TRIALS and policy.auto_drafter() == "dflash"  # not tried yet
+    rec.upkeep_ms = 3.0  # 3 ms a token, against c(1) = 7 ms: its paths cannot win that back
+    assert policy.auto_drafter() == "lookup"
+    rec.upkeep_ms, rec.hits, rec.trials = 0.1, [99.0] * 15, [100.0] * 15  # cheap to keep, nearly always right
+    assert policy.auto_drafter() == "dflash"
