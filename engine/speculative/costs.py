@@ -101,8 +101,9 @@ class CostModel:
         if bucket > 1:  # no cell on this side: the one-sequence curve's shape from the nearest cell
             if not pts:
                 return self._estimate(rows, 1)
-            r0, ms0 = below or above
-            return max(ms0 + self._estimate(rows, 1) - self._estimate(r0, 1), 0.0)
+            r0, ms0 = below or above  # and never less than one sequence's decode of as many rows
+            alone = self._estimate(rows, 1)
+            return max(ms0 + alone - self._estimate(r0, 1), alone)
         if not pts:
             raise LookupError("no decode has been timed yet")
         if above:  # fewer rows than any cell: the first cell (rising from c(1) down is not possible)

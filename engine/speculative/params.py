@@ -118,7 +118,11 @@ class MeasuredGain:
             self.spent_ms = self.keep * self.spent_ms + stats.spent_ms
             self.answers += 1
 
+    @property
+    def speedup(self) -> float | None:
+        return self.plain_ms / self.spent_ms if self.answers else None
+
     def as_dict(self) -> dict | None:
         if not self.answers:
             return None
-        return {"answers": self.answers, "speedup": round(self.plain_ms / self.spent_ms, 2)}
+        return {"answers": self.answers, "speedup": round(self.speedup, 2)}

@@ -22,7 +22,8 @@ from .params import MAX_BLOCK, SpecParams
 from .state import DrafterRecord, SpecState
 
 EXPLORE_TRIALS = 16  # auto mode judges a DFlash draft once its record holds this many first-position trials
-REFRESH = 8  # a draft auto mode set aside gets every REFRESH-th request, so its record stays current
+REFRESH = 8  # a drafter auto mode set aside gets every REFRESH-th request, so its record stays current
+MIN_ANSWERS = 3  # auto judges prompt lookup by what its requests measured from this many on
 
 
 class Policy:
@@ -103,22 +104,27 @@ class Policy:
         return self._auto_constrained % REFRESH == 0
 
     def auto_drafter(self) -> str:
-        """The drafter auto mode uses for the next request: the DFlash draft, unless its record
-        shows it useless (random, mismatched) or, once a request has used it, no faster than
-        plain decoding at this machine's costs, its upkeep on every token counted (a lossless
-        draft whose verify costs more than its tau earns, as on a 2-core CPU; until EXPLORE_TRIALS
-        tries its acceptance is mostly the prior's): then prompt lookup, which still wins on
-        copy-heavy text. Every REFRESH-th such request tries the draft again, so its record
-        follows a change of use."""
-        rec = self.records.get("dflash")
-        if rec is None or rec.useless():
-            return "lookup"
+        """The drafter auto mode uses for the next unconstrained request: the DFlash draft, unless its
+        record shows it useless (random, mismatched), or, once a request has used it, no faster than
+        plain decoding at this machine's costs with its upkeep on every token counted (a lossless
+        draft whose verify costs more than its tau earns, as on a 2-core CPU), or slower than prompt
+        lookup by what its requests measured; then prompt lookup, which still wins on copy-heavy text,
+        unless its requests measured it slower than plain decoding (chat that copies nothing, many
+        streams): then "off". Every REFRESH-th request set aside tries the preferred drafter again,
+        so its record follows a change of use and of load."""
+        rec, lookup = self.records.get("dflash"), self.records.get("lookup")
         costs = self.costs
-        if not costs.ready:  # fixed blocks only so far: no timed plain decode
-            return "dflash"
-        if rec.trials[0] < EXPLORE_TRIALS and not rec.upkeep_ms:  # not tried yet: try it
-            return "dflash"
-        if rec.speed(costs, self.max_block - 1) > 1.0 / costs.cost(1):
-            return "dflash"
+        preferred = "dflash" if rec is not None and not rec.useless() else "lookup"
+        if preferred == "dflash" and (not costs.ready or not (rec.gain.answers or rec.upkeep_ms)):
+            return "dflash"  # not tried yet: try it
+        pick = "lookup"
+        if preferred == "dflash" and rec.speed(costs, self.max_block - 1) > 1.0 / costs.cost(1):
+            rival = lookup.gain.speedup if lookup is not None and lookup.gain.answers else None
+            if not rec.gain.answers or rec.gain.speedup > max(1.0, rival or 1.0):
+                pick = "dflash"
+        if pick == "lookup" and lookup is not None and lookup.gain.answers >= MIN_ANSWERS and lookup.gain.speedup < 1.0:
+            pick = "off"
+        if pick == preferred:
+            return pick
         self._auto_requests += 1
-        return "dflash" if self._auto_requests % REFRESH == 0 else "lookup"
+        return preferred if self._auto_requests % REFRESH == 0 else pick

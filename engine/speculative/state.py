@@ -13,7 +13,7 @@ from ..llama.sampler import TargetDistribution
 from .chooser import StepBatch, choose_path_len, expected_committed
 from .costs import CostModel
 from .drafters.base import Drafter
-from .params import MAX_BLOCK, SpecParams, SpecStats
+from .params import MAX_BLOCK, MeasuredGain, SpecParams, SpecStats
 
 PROBE_BUDGET = 0.015  # probing a drafter the chooser benched may cost at most this share of plain time
 MIN_PROBE_EVERY = 8
@@ -45,6 +45,8 @@ class DrafterRecord:
         # span is near certain where a copied one is not; pricing both at the drafter's positional
         # rate would cut long forced spans short. Shared live by this drafter's requests.
         self.by_source: dict[tuple[str, bool], list[float]] = {}
+        # What its requests measured, with company, upkeep and misses in: plain-equivalent over spent time
+        self.gain = MeasuredGain(memory=20.0)
 
     @property
     def accept_rate(self) -> list[float]:
@@ -83,6 +85,8 @@ class DrafterRecord:
 
     def merge(self, state: "SpecState") -> None:
         st = state.stats
+        if state.costs is not None and state.costs.ready:
+            self.gain.add(st, state.costs.cost(1))
         for i, (a, d) in enumerate(zip(st.accepted_at, st.drafted_at)):
             # drafted_at[i] counts verifies that drafted i; only those whose i-1 was accepted test i
             tested = st.accepted_at[i - 1] if i else d

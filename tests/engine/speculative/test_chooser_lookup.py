@@ -225,3 +225,38 @@ def test_a_draft_whose_upkeep_costs_more_than_its_paths_win_leaves_auto_to_looku
     assert policy.auto_drafter() == "lookup"
     rec.upkeep_ms, rec.hits, rec.trials = 0.1, [99.0] * 15, [100.0] * 15  # cheap to keep, nearly always right
     assert policy.auto_drafter() == "dflash"
+
+
+def test_auto_follows_what_its_requests_measured():
+    """Once requests have measured it (company, upkeep and misses in): a draft slower than prompt
+    lookup leaves auto to lookup, and lookup slower than plain decoding leaves it to plain, each
+    tried again every REFRESH-th request."""
+    from engine.speculative.params import SpecStats
+    from engine.speculative.policy import MIN_ANSWERS, REFRESH, Policy
+
+    class Named:
+        def __init__(self, name):
+            self.name = name
+
+    def answered(rec, speedup: float) -> None:
+        for _ in range(MIN_ANSWERS):
+            # 10 plain steps of 10 ms and 10 tokens verified: 200 ms plainly, spent 200 / speedup
+            rec.gain.add(SpecStats(committed=10, plain_steps=10, plain_ms=100.0, verify_ms=200.0 / speedup - 100.0),
+                         10.0)
+
+    policy = Policy(mode="auto", selector="walk", block=8, n_ctx=4096, n_vocab=100)
+    for name in ("dflash", "lookup"):
+        policy.add(Named(name))
+    policy.costs = CPU
+    draft, lookup = policy.records["dflash"], policy.records["lookup"]
+    draft.hits, draft.trials, draft.draft_ms, draft.upkeep_ms = [99.0] * 15, [100.0] * 15, 1.0, 0.1
+    assert policy.auto_drafter() == "dflash"  # its estimate pays, nothing measured against it
+    answered(draft, 0.9)
+    answered(lookup, 1.3)
+    picks = [policy.auto_drafter() for _ in range(2 * REFRESH)]
+    assert picks.count("dflash") == 2 and picks.count("lookup") == 2 * REFRESH - 2
+    answered(lookup, 0.8)  # chat that copies nothing: lookup's misses cost more than its hits win
+    answered(lookup, 0.8)
+    assert lookup.gain.speedup < 1.0
+    picks = [policy.auto_drafter() for _ in range(2 * REFRESH)]
+    assert picks.count("off") == 2 * REFRESH - 2 and picks.count("dflash") == 2

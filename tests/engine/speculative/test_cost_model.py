@@ -96,6 +96,9 @@ def test_a_batch_of_several_sequences_is_priced_from_its_own_decodes_and_the_cur
     assert model.cost(6, 3) == model.cost(6, 4)  # 3 sequences: the 4-sequence bucket
     assert model.cost(8, 8) == truth(8)  # no 8-sequence decode timed yet: the one-sequence cost of its rows
     for _ in range(MIN_SAMPLES):
+        model.observe(8, 2, 5.0)  # two sequences, 8 rows: timed (noisily) cheaper than one sequence's 8 rows
+    assert model.cost(2, 2) == truth(2)  # fewer rows: never below one sequence's decode of as many (nor 0)
+    for _ in range(MIN_SAMPLES):
         model.observe(10, 4, truth(10, 4))
     assert model.cost(7, 4) == (truth(4, 4) + truth(10, 4)) / 2
 
