@@ -45,7 +45,7 @@ class DrafterRecord:
         # span is near certain where a copied one is not; pricing both at the drafter's positional
         # rate would cut long forced spans short. Shared live by this drafter's requests.
         self.by_source: dict[tuple[str, bool], list[float]] = {}
-        # What its requests measured, with company, upkeep and misses in: plain-equivalent over spent time
+        # What its requests measured (upkeep and misses in): plain-equivalent over spent time
         self.gain = MeasuredGain(memory=20.0)
 
     @property
