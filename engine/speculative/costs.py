@@ -47,7 +47,8 @@ class CostModel:
         self.n_threads, self.build, self.clock = n_threads, build, clock
         self.cells: dict[tuple[int, int], deque[float]] = {}  # (rows, seq bucket) -> the last WINDOW ms
         self.seen: dict[tuple[int, int], float] = {}  # (rows, seq bucket) -> clock() of its last sample
-        self._known: dict[int, list[tuple[int, float]]] | None = None  # per bucket: (rows, median), rising
+        self._medians: dict[tuple[int, int], float] = {}  # the cells' medians, computed when asked
+        self._known: dict[int, list[tuple[int, float]]] = {}  # per bucket: (rows, median), rising; built when asked
 
     def observe(self, rows: int, seqs: int, ms: float) -> None:
         if rows < 1 or not ms > 0.0:
@@ -55,7 +56,8 @@ class CostModel:
         key = (rows, seq_bucket(seqs))
         self.cells.setdefault(key, deque(maxlen=WINDOW)).append(float(ms))
         self.seen[key] = self.clock()
-        self._known = None
+        self._medians.pop(key, None)
+        self._known.pop(key[1], None)  # a decode per step: only its cell and bucket are priced anew
 
     @property
     def ready(self) -> bool:
@@ -79,16 +81,19 @@ class CostModel:
 
     def _points(self, bucket: int) -> list[tuple[int, float]]:
         """The bucket's cells with MIN_SAMPLES, in rows order, made rising: more rows never cost less."""
-        if self._known is None:
-            known: dict[int, list[tuple[int, float]]] = {}
-            for (rows, b), ms in sorted(self.cells.items()):
-                if len(ms) >= MIN_SAMPLES:
-                    known.setdefault(b, []).append((rows, statistics.median(ms)))
-            for pts in known.values():
-                for i in range(1, len(pts)):
-                    pts[i] = (pts[i][0], max(pts[i][1], pts[i - 1][1]))
-            self._known = known
-        return self._known.get(bucket, [])
+        pts = self._known.get(bucket)
+        if pts is None:
+            pts = sorted((key[0], self._median(key)) for key, ms in self.cells.items()
+                         if key[1] == bucket and len(ms) >= MIN_SAMPLES)
+            for i in range(1, len(pts)):
+                pts[i] = (pts[i][0], max(pts[i][1], pts[i - 1][1]))
+            self._known[bucket] = pts
+        return pts
+
+    def _median(self, key: tuple[int, int]) -> float:
+        if key not in self._medians:
+            self._medians[key] = statistics.median(self.cells[key])
+        return self._medians[key]
 
     def _estimate(self, rows: int, bucket: int) -> float:
         pts = self._points(bucket)
