@@ -385,7 +385,11 @@ class Engine:
             try:
                 spec = self.policy.state_for(req.speculative, req.sampling, req.prompt_tokens, slot,
                                              constrained=bool(req.grammar))
+                follows = spec is not None and hasattr(spec.drafter, "keep_prefix")  # a draft KV beside the target's
+                shared = prefix.common_prefix(slot.cached, req.prompt_tokens[:-1]) if follows else 0
                 reused = prefix.reuse(slot, self.ctx, req.prompt_tokens, spec.drafter if spec else None)
+                if shared > reused and self.costs.ready:  # a kept prompt decoded again for the draft: its upkeep
+                    spec.stats.upkeep_ms += self.costs.cost(shared - reused)
             except Exception as e:  # a bug (a failed measurement, say): this request fails, the worker goes on
                 log.exception("could not start a request")
                 prefix.drop(slot, self.ctx)  # whatever it held may be half-overwritten

@@ -119,6 +119,7 @@ class Context:
         self.n_ctx_seq = int(llama_cpp.llama_n_ctx_seq(self.ptr))
         self.n_seq = int(llama_cpp.llama_n_seq_max(self.ptr))
         self.n_batch = int(llama_cpp.llama_n_batch(self.ptr))
+        self.n_ubatch = int(llama_cpp.llama_n_ubatch(self.ptr))  # a decode is computed in ubatches of at most this
         self.memory = llama_cpp.llama_get_memory(self.ptr)
         self.batch = Batch(self.n_batch)
         # recurrent memory: snapshots per sequence (llama.cpp clamps to 0 where the arch has none)

@@ -13,7 +13,7 @@ estimates alive (content changes: a quote starts, code repeats).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .costs import CostModel
 
@@ -29,34 +29,40 @@ def expected_committed(rates: list[float], t: int) -> float:
 
 @dataclass
 class StepBatch:
-    """What a step's decode carries when one more sequence's path is priced: its rows (this
-    sequence's own row included), its sequences, the tokens it commits on average, and the draft
-    time spent for it. Alone, a sequence's batch is one row committing one token."""
+    """What a step's decode carries when one more sequence's path is priced: its rows per sequence
+    id (prompt chunks, one row per generating sequence, the paths priced so far), the tokens it
+    commits on average, and the draft time spent for it. Alone, a sequence's batch is its one row
+    committing one token. llama.cpp computes a decode in ubatches (costs.ubatches): beside other
+    streams' single rows, a path's rows are a ubatch of their own, and priced as one."""
 
-    rows: int = 1
-    seqs: int = 1
+    rows: dict[int, int] = field(default_factory=lambda: {0: 1})
     tokens: float = 1.0
     draft_ms: float = 0.0
+    n_ubatch: int = 512
 
-    def add(self, t: int, expected: float, draft_ms: float) -> None:
-        """A path of t tokens joins, expected to commit `expected` (its plain token was counted)."""
+    def cost(self, costs: CostModel, seq_id: int = 0, t: int = 0) -> float:
+        """The decode's estimated milliseconds, with `t` more rows for `seq_id`."""
+        rows = {**self.rows, seq_id: self.rows.get(seq_id, 0) + t} if t else self.rows
+        return costs.decode_cost(rows, self.n_ubatch)
+
+    def add(self, seq_id: int, t: int, expected: float, draft_ms: float) -> None:
+        """A path of t tokens for `seq_id` joins, expected to commit `expected` (its plain token was counted)."""
         if t:
-            self.rows += t
+            self.rows[seq_id] = self.rows.get(seq_id, 0) + t
             self.tokens += expected - 1.0
             self.draft_ms += draft_ms
 
 
 def choose_path_len(rates: list[float], t_max: int, costs: CostModel, draft_ms: float = 0.0,
-                    batch: StepBatch | None = None) -> int:
-    """The path length with the most expected committed tokens per millisecond of the whole
-    step (0 = plain). With other streams in the batch, a path's rows cost what they add to
-    the shared decode, measured against what that decode already commits: at 4 or 8 streams a
-    row costs more than it does to one sequence alone, and fewer paths pay."""
-    b = batch or StepBatch()
-    best_t, best_rate = 0, b.tokens / (costs.cost(b.rows, b.seqs) + b.draft_ms)
+                    batch: StepBatch | None = None, seq_id: int = 0) -> int:
+    """The path length for `seq_id` with the most expected committed tokens per millisecond of the
+    whole step (0 = plain). With other streams in the batch, a path's rows cost what they add to
+    the shared decode, measured against what that decode already commits: at 4 or 8 streams its
+    rows are a ubatch of their own beside a decode that commits 4 or 8 tokens, and few paths pay."""
+    b = batch or StepBatch({seq_id: 1})
+    best_t, best_rate = 0, b.tokens / (b.cost(costs) + b.draft_ms)
     for t in range(1, t_max + 1):
-        rate = (b.tokens - 1.0 + expected_committed(rates, t)) / (
-            costs.cost(b.rows + t, b.seqs) + b.draft_ms + draft_ms)
+        rate = (b.tokens - 1.0 + expected_committed(rates, t)) / (b.cost(costs, seq_id, t) + b.draft_ms + draft_ms)
         if rate > best_rate * 1.02:  # a 2% margin: do not speculate on noise
             best_t, best_rate = t, rate
     return best_t

@@ -1,13 +1,14 @@
 """What a target decode costs on this machine, learned from the decodes themselves.
 
-Every step the engine decodes is a sample: its rows and sequences against the milliseconds
-the decode and the reading of its rows took. Samples go into cells keyed by (rows, sequence
-bucket); a cell's estimate is the median of its last WINDOW samples, so a noisy neighbour
-process moves it little and a lasting change (another load, a hotter chip, a longer context)
-replaces it within WINDOW decodes. Cells traffic has not visited are priced from the ones it
-has: between two known row counts linearly, past them with the shape of the one-sequence curve,
-and where that is unknown too with a prior slope that errs towards trying (a tried path is
-a sample, and an over-optimistic guess costs one step).
+Every step the engine decodes is a sample: its rows and sequences against the milliseconds the
+decode and the reading of its rows took. llama.cpp computes a decode in ubatches (`ubatches`),
+and a decode is priced as the sum of its ubatches; a decode of one ubatch is a sample of it.
+Samples go into cells keyed by (rows, sequence bucket); a cell's estimate is the median of its
+last WINDOW samples, so a noisy neighbour process moves it little and a lasting change (another
+load, a hotter chip, a longer context) replaces it within WINDOW decodes. Cells traffic has not
+visited are priced from the ones it has: between two known row counts linearly, past them with
+the shape of the one-sequence curve, and where that is unknown too with a prior slope that errs
+towards trying (a tried path is a sample, and an over-optimistic guess costs one step).
 
 The idle measurement (`FillIn`) decodes on a free sequence only for the one-sequence cells
 that lack samples, so a request never waits for it and the chooser never depends on it.
@@ -22,7 +23,7 @@ import statistics
 import time
 from collections import deque
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from ..llama.context import Context
 
@@ -32,11 +33,36 @@ WINDOW = 16  # samples per cell: the median of the last WINDOW decodes
 MIN_SAMPLES = 3  # a cell prices on its own median from this many samples (fewer: from its neighbours)
 STALE_S = 900.0  # a one-sequence cell no decode has visited for this long is measured again when idle
 PRIOR_SLOPE = 0.25  # an unvisited row's cost, as a share of c(1), where nothing measured says more
-VERSION = 2
+VERSION = 3  # 3: a cell holds whole ubatches only (2 mixed in split decodes)
 
 
 def seq_bucket(seqs: int) -> int:
     return next((b for b in SEQ_BUCKETS if seqs <= b), SEQ_BUCKETS[-1])
+
+
+def ubatches(rows_by_seq: Mapping[int, int], n_ubatch: int) -> list[tuple[int, int]]:
+    """(rows, seqs) of each ubatch llama.cpp computes a decode in, given its rows per sequence id
+    (the batch in sequence id order, as the stepper fills it). Over a KV cache that is not unified
+    it splits equally and sequentially (`llama_batch_allocr::split_equal`): a ubatch takes a run of
+    consecutive sequence ids and as many rows from each as the one with fewest has left. So a
+    sequence's path rows beside other streams' single rows are a ubatch of their own, and a gap in
+    the ids of busy sequences splits even a plain step (measured on this 2-core CPU at 8 streams:
+    one probe row more cost 20 ms on a 39 ms step, not the 3 ms a row of the step costs)."""
+    left = {s: n for s, n in rows_by_seq.items() if n > 0}
+    out = []
+    while left:
+        run = []
+        for s in sorted(left):
+            if (run and s != run[-1] + 1) or len(run) == n_ubatch:
+                break
+            run.append(s)
+        k = min(min(left[s] for s in run), max(1, n_ubatch // len(run)))
+        out.append((k * len(run), len(run)))
+        for s in run:
+            left[s] -= k
+            if not left[s]:
+                del left[s]
+    return out
 
 
 class CostModel:
@@ -59,6 +85,13 @@ class CostModel:
         self._medians.pop(key, None)
         self._known.pop(key[1], None)  # a decode per step: only its cell and bucket are priced anew
 
+    def observe_decode(self, rows_by_seq: Mapping[int, int], n_ubatch: int, ms: float) -> None:
+        """A decode's time, rows per sequence id: a sample of its one ubatch. A decode llama.cpp
+        split is not one: its ubatches were not timed apart, and its sum is priced from theirs."""
+        parts = ubatches(rows_by_seq, n_ubatch)
+        if len(parts) == 1:
+            self.observe(*parts[0], ms)
+
     @property
     def ready(self) -> bool:
         """c(1) is known: the chooser can price a path (before, every step decodes plainly)."""
@@ -74,6 +107,10 @@ class CostModel:
     def cost(self, rows: int, seqs: int = 1) -> float:
         """The estimated milliseconds of one decode (needs `ready`)."""
         return self._estimate(max(rows, 1), seq_bucket(seqs))
+
+    def decode_cost(self, rows_by_seq: Mapping[int, int], n_ubatch: int) -> float:
+        """The estimated milliseconds of a decode of these rows per sequence id: its ubatches'."""
+        return sum(self.cost(rows, seqs) for rows, seqs in ubatches(rows_by_seq, n_ubatch))
 
     def curve(self, seqs: int = 1) -> list[float]:
         """c(1..MAX_ROWS) as priced now (reports and benches)."""

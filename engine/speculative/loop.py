@@ -74,7 +74,8 @@ class Stepper:
             self.ctx.decode(self.ctx.batch)
             verify_ms = (time.perf_counter() - t0) * 1000.0
             if self.costs is not None:
-                self.costs.observe(self.ctx.batch.n, sum(1 for w in work if w.rows), verify_ms)
+                self.costs.observe_decode({w.slot.seq_id: len(w.rows) for w in work if w.rows},
+                                          self.ctx.n_ubatch, verify_ms)
             for w in work:
                 self._settle(w, verify_ms)  # sample or accept; n_past moves to the new frontier
                 self._observe(w)  # the drafter sees the committed rows
@@ -106,9 +107,12 @@ class Stepper:
     def _plan(self, slots: list) -> list[Work]:
         # Each path is priced on the batch it joins (the other slots' rows and what they commit); a
         # free drafter (no model call) is asked for the longest path and priced on what it offers.
+        rows, room = {}, self.ctx.batch.capacity - sum(1 for s in slots if not s.prefilling)
+        for s in sorted(slots, key=lambda s: s.seq_id):  # as _fill will fill the batch
+            rows[s.seq_id] = 1 if not s.prefilling else max(0, min(len(s.pending), room))
+            room -= rows[s.seq_id] if s.prefilling else 0
         decoding = [s for s in slots if not s.prefilling]
-        chunks = sum(len(s.pending) for s in slots if s.prefilling)
-        self._batch = StepBatch(len(decoding) + min(chunks, self.ctx.batch.capacity), len(slots), len(decoding))
+        self._batch = StepBatch(rows, float(len(decoding)), n_ubatch=self.ctx.n_ubatch)
         want = {}
         for s in decoding:
             if s.spec is not None:
@@ -158,7 +162,7 @@ class Stepper:
     def _price(self, slot, available: int | None = None, sources: list[str | None] | None = None) -> int:
         """The slot's path length on this step's batch, which then carries it."""
         t = slot.spec.path_len(slot, available, self._batch, sources)
-        self._batch.add(t, expected_committed(slot.spec.rates(sources), t), slot.spec.draft_ms)
+        self._batch.add(slot.seq_id, t, expected_committed(slot.spec.rates(sources), t), slot.spec.draft_ms)
         return t
 
     def _select(self, slot, prop: Proposal, n_draft: int) -> Path:

@@ -60,9 +60,12 @@ class Policy:
         if mode == "off" or not self.enabled:
             return None
         if mode == "auto":
-            mode = self.auto_drafter()
-            if costs_reuse(slot, prompt, self.drafters.get(mode)):
-                mode = "lookup"  # re-decoding a long shared prompt would cost more than the draft earns
+            mode, trial = self.auto_drafter()
+            # re-decoding a long shared prompt would cost more than the draft earns; a trial gives up
+            # no kept prompt at all (its record counts a prompt decoded again for it as upkeep, but at 8
+            # streams a trial every REFRESH-th request that decodes 50 prompt tokens again costs 4%)
+            if costs_reuse(slot, prompt, self.drafters.get(mode), least=1 if trial else 64):
+                mode = "lookup"
             if constrained:  # the grammar's forced spans join whichever drafter auto chose
                 mode = "grammar+lookup+dflash" if mode == "dflash" and self._draft_adds() else "grammar+lookup"
         if mode not in self.drafters:
@@ -103,8 +106,9 @@ class Policy:
         self._auto_constrained += 1
         return self._auto_constrained % REFRESH == 0
 
-    def auto_drafter(self) -> str:
-        """The drafter auto mode uses for the next unconstrained request: the DFlash draft, unless its
+    def auto_drafter(self) -> tuple[str, bool]:
+        """The drafter auto mode uses for the next unconstrained request, and whether it is on trial
+        (not tried yet, or tried again; else chosen on its record): the DFlash draft, unless its
         record shows it useless (random, mismatched), or, once a request has used it, no faster than
         plain decoding at this machine's costs with its upkeep on every token counted (a lossless
         draft whose verify costs more than its tau earns, as on a 2-core CPU), or slower than prompt
@@ -116,7 +120,7 @@ class Policy:
         costs = self.costs
         preferred = "dflash" if rec is not None and not rec.useless() else "lookup"
         if preferred == "dflash" and (not costs.ready or not (rec.gain.answers or rec.upkeep_ms)):
-            return "dflash"  # not tried yet: try it
+            return "dflash", True  # not tried yet: try it
         pick = "lookup"
         if preferred == "dflash" and rec.speed(costs, self.max_block - 1) > 1.0 / costs.cost(1):
             rival = lookup.gain.speedup if lookup is not None and lookup.gain.answers else None
@@ -125,6 +129,6 @@ class Policy:
         if pick == "lookup" and lookup is not None and lookup.gain.answers >= MIN_ANSWERS and lookup.gain.speedup < 1.0:
             pick = "off"
         if pick == preferred:
-            return pick
+            return pick, False
         self._auto_requests += 1
-        return preferred if self._auto_requests % REFRESH == 0 else pick
+        return (preferred, True) if self._auto_requests % REFRESH == 0 else (pick, False)

@@ -161,21 +161,24 @@ class SpecState:
             return t_max
         if not self.costs.ready:  # the first decodes of a fresh install: timed plainly, then priced
             return 0
-        t = choose_path_len(self.rates(sources), t_max, self.costs, self.draft_ms, batch)
+        batch = batch or StepBatch({slot.seq_id: 1})
+        t = choose_path_len(self.rates(sources), t_max, self.costs, self.draft_ms, batch, slot.seq_id)
         self._probing = False
         if t == 0:
             self._plain_run += 1
-            if self._plain_run >= max(self.probe_every, self._probe_floor()):
+            if self._plain_run >= max(self.probe_every, self._probe_floor(batch, slot.seq_id)):
                 self._plain_run, self._probing = 0, True  # a cheap probe keeps the estimates honest
                 return 1  # the cheapest verify there is: one drafted token
         return t
 
-    def _probe_floor(self) -> int:
-        """Plain steps between probes so that probes that miss cost at most PROBE_BUDGET of
-        the time: a probe costs one draft call and one extra verify row more than a plain step."""
-        c1 = self.costs.cost(1)
-        extra = self.costs.cost(2) - c1 + self.draft_ms
-        return max(MIN_PROBE_EVERY, math.ceil(extra / (PROBE_BUDGET * c1)))
+    def _probe_floor(self, batch: StepBatch, seq_id: int) -> int:
+        """Plain steps between probes so that probes that miss cost at most PROBE_BUDGET of the
+        time. A probe adds a draft call and a row to the step's decode, which every stream in it
+        waits for, and each of those streams may probe as often; beside other streams that row is
+        a ubatch of its own: at 8 streams on a 2-core CPU, half a step."""
+        plain = batch.cost(self.costs)
+        extra = batch.cost(self.costs, seq_id, 1) - plain + self.draft_ms
+        return max(MIN_PROBE_EVERY, math.ceil(len(batch.rows) * extra / (PROBE_BUDGET * plain)))
 
     def observe_acceptance(self, n_drafted: int, n_accepted: int, decay: float = 0.8) -> None:
         """Positions 0..n_accepted-1 were accepted; position n_accepted (if drafted) was not."""

@@ -54,15 +54,16 @@ def test_a_path_is_priced_on_the_batch_it_joins():
     alone = choose_path_len(rates, 7, SURFACE)
     assert alone == choose_path_len(rates, 7, SURFACE, batch=StepBatch())  # alone: the batch of one
     assert alone > 0
-    # beside 3 other streams each row costs the same 3.3 ms but the step already commits 4 tokens:
-    # a path must beat 4 tokens per c(4), not 1 per c(1)
-    assert choose_path_len(rates, 7, SURFACE, batch=StepBatch(rows=4, seqs=4, tokens=4.0)) < alone
-    assert choose_path_len([0.99] * 7, 7, SURFACE, batch=StepBatch(rows=8, seqs=8, tokens=8.0)) > 0
-    b = StepBatch(rows=4, seqs=4, tokens=4.0)
-    b.add(3, 2.5, 1.0)
-    assert (b.rows, b.tokens, b.draft_ms) == (7, 5.5, 1.0)
-    b.add(0, 1.0, 9.0)  # plain: nothing joins
-    assert (b.rows, b.tokens, b.draft_ms) == (7, 5.5, 1.0)
+    # beside 3 other streams the step already commits 4 tokens for c(4), and the path's rows are
+    # a ubatch of their own: a path must beat 4 tokens per c(4), not 1 per c(1)
+    four = StepBatch({s: 1 for s in range(4)}, 4.0)
+    assert choose_path_len(rates, 7, SURFACE, batch=four, seq_id=2) < alone
+    four.add(3, 2, 2.5, 1.0)
+    assert (four.rows, four.tokens, four.draft_ms) == ({0: 1, 1: 1, 2: 1, 3: 3}, 5.5, 1.0)
+    four.add(0, 0, 1.0, 9.0)  # plain: nothing joins
+    assert (four.rows, four.tokens, four.draft_ms) == ({0: 1, 1: 1, 2: 1, 3: 3}, 5.5, 1.0)
+    assert four.cost(SURFACE) == SURFACE.cost(4, 4) + SURFACE.cost(2)
+    assert four.cost(SURFACE, 0, 2) == SURFACE.cost(4, 4) + SURFACE.cost(2) + SURFACE.cost(2)
 
 
 def test_lookup_proposes_what_followed_the_latest_match():
@@ -75,7 +76,7 @@ def test_lookup_proposes_what_followed_the_latest_match():
 
 
 class _Slot:
-    n_past, max_new, output = 100, 1000, [1]
+    seq_id, n_past, max_new, output = 0, 100, 1000, [1]
 
 
 def test_failed_probes_back_off_and_auto_retires():
@@ -220,11 +221,11 @@ def test_a_draft_whose_upkeep_costs_more_than_its_paths_win_leaves_auto_to_looku
     policy.costs = CPU
     rec = policy.records["dflash"]
     rec.draft_ms = 8.0
-    assert rec.trials[0] < EXPLORE_TRIALS and policy.auto_drafter() == "dflash"  # not tried yet
+    assert rec.trials[0] < EXPLORE_TRIALS and policy.auto_drafter() == ("dflash", True)  # not tried yet
     rec.upkeep_ms = 3.0  # 3 ms a token, against c(1) = 7 ms: its paths cannot win that back
-    assert policy.auto_drafter() == "lookup"
+    assert policy.auto_drafter()[0] == "lookup"
     rec.upkeep_ms, rec.hits, rec.trials = 0.1, [99.0] * 15, [100.0] * 15  # cheap to keep, nearly always right
-    assert policy.auto_drafter() == "dflash"
+    assert policy.auto_drafter()[0] == "dflash"
 
 
 def test_auto_follows_what_its_requests_measured():
@@ -250,13 +251,15 @@ def test_auto_follows_what_its_requests_measured():
     policy.costs = CPU
     draft, lookup = policy.records["dflash"], policy.records["lookup"]
     draft.hits, draft.trials, draft.draft_ms, draft.upkeep_ms = [99.0] * 15, [100.0] * 15, 1.0, 0.1
-    assert policy.auto_drafter() == "dflash"  # its estimate pays, nothing measured against it
+    assert policy.auto_drafter()[0] == "dflash"  # its estimate pays, nothing measured against it
     answered(draft, 0.9)
     answered(lookup, 1.3)
-    picks = [policy.auto_drafter() for _ in range(2 * REFRESH)]
+    tried = [policy.auto_drafter() for _ in range(2 * REFRESH)]
+    assert all(trial == (name == "dflash") for name, trial in tried)  # a retry is a trial: it gives up no kept prompt
+    picks = [name for name, _ in tried]
     assert picks.count("dflash") == 2 and picks.count("lookup") == 2 * REFRESH - 2
     answered(lookup, 0.8)  # chat that copies nothing: lookup's misses cost more than its hits win
     answered(lookup, 0.8)
     assert lookup.gain.speedup < 1.0
-    picks = [policy.auto_drafter() for _ in range(2 * REFRESH)]
+    picks = [policy.auto_drafter()[0] for _ in range(2 * REFRESH)]
     assert picks.count("off") == 2 * REFRESH - 2 and picks.count("dflash") == 2

@@ -7,7 +7,7 @@ import json
 import random
 
 from engine.speculative.chooser import StepBatch, choose_path_len
-from engine.speculative.costs import MAX_ROWS, MIN_SAMPLES, STALE_S, WINDOW, CostModel
+from engine.speculative.costs import MAX_ROWS, MIN_SAMPLES, STALE_S, WINDOW, CostModel, ubatches
 
 
 class Clock:
@@ -103,19 +103,65 @@ def test_a_batch_of_several_sequences_is_priced_from_its_own_decodes_and_the_cur
     assert model.cost(7, 4) == (truth(4, 4) + truth(10, 4)) / 2
 
 
+def streams(n: int, tokens: float | None = None) -> StepBatch:
+    """A step beside n - 1 other streams: sequences 0..n-1, one row each."""
+    return StepBatch({s: 1 for s in range(n)}, float(n) if tokens is None else tokens)
+
+
 def test_company_makes_paths_pay_less():
-    """Beside 3 other streams the step already commits 4 tokens for c(4): a path must beat that
-    rate, not one token per c(1), so the same acceptance buys a shorter path, or none."""
+    """Beside 3 other streams the step already commits 4 tokens for c(4), and a path's rows are a
+    ubatch of their own: a path must beat that rate, not one token per c(1), so the same acceptance
+    buys a shorter path, or none."""
     model = CostModel(2)
     for _ in range(MIN_SAMPLES):
         for s in (1, 4):
             for r in range(s, MAX_ROWS + 1):
-                model.observe(r, s, truth(r, s, per_row=5.0))
-    rates = [0.8] * 7
+                model.observe(r, s, truth(r, s, per_row=2.0))
+    rates = [0.95] * 7
     alone = choose_path_len(rates, 7, model)
     assert alone > 0
-    assert choose_path_len(rates, 7, model, batch=StepBatch(rows=4, seqs=4, tokens=4.0)) < alone
-    assert choose_path_len([0.2] * 7, 7, model, batch=StepBatch(rows=4, seqs=4, tokens=4.0)) == 0
+    assert 0 < choose_path_len(rates, 7, model, batch=streams(4)) < alone
+    assert choose_path_len([0.6] * 7, 7, model, batch=streams(4)) == 0
+
+
+def test_llama_cpp_splits_a_decode_into_ubatches_of_equal_rows_per_sequence():
+    """Mirrors `llama_batch_allocr::split_equal(n_ubatch, sequential=true)` (a KV cache that is not unified)."""
+    assert ubatches({0: 1, 1: 1, 2: 1}, 512) == [(3, 3)]
+    assert ubatches({0: 3, 1: 1, 2: 1}, 512) == [(3, 3), (2, 1)]  # a path beside single rows: its own ubatch
+    assert ubatches({0: 3, 1: 3}, 512) == [(6, 2)]  # equal paths share one
+    assert ubatches({0: 1, 2: 1, 3: 1}, 512) == [(1, 1), (2, 2)]  # a gap in the ids splits a plain step
+    assert ubatches({0: 2, 1: 3, 3: 1}, 512) == [(4, 2), (1, 1), (1, 1)]
+    assert ubatches({0: 600}, 512) == [(512, 1), (88, 1)]
+    assert ubatches({0: 300, 1: 300}, 512) == [(512, 2), (88, 2)]
+    assert ubatches({0: 0, 1: 2}, 512) == [(2, 1)]
+
+
+def test_a_decode_is_priced_as_its_ubatches_and_only_whole_ones_are_samples():
+    model = CostModel(2)
+    for _ in range(MIN_SAMPLES):
+        model.observe_decode({0: 1, 1: 1, 2: 1, 3: 1}, 512, truth(4, 4))
+        model.observe_decode({5: 3}, 512, truth(3))
+        model.observe_decode({0: 1}, 512, truth(1))
+        model.observe_decode({0: 3, 1: 1, 2: 1, 3: 1}, 512, 99.0)  # split: its parts were not timed apart
+    assert model.cells.keys() == {(4, 4), (3, 1), (1, 1)}
+    assert model.decode_cost({0: 3, 1: 1, 2: 1, 3: 1}, 512) == truth(4, 4) + truth(2)
+    assert model.decode_cost({0: 1, 1: 1, 2: 1, 3: 1}, 512) == truth(4, 4)
+
+
+def test_beside_single_rows_a_path_pays_for_a_ubatch_of_its_own_and_equal_paths_share_one():
+    """At 8 streams on a CPU whose decodes cost a fixed part and 3.3 ms a row, a near-certain path
+    beside 7 single rows costs a second decode and is not worth it; joining 7 paths of its length,
+    it costs only its rows."""
+    model = CostModel(2)
+    for _ in range(MIN_SAMPLES):
+        for s in (1, 8):
+            for k in range(1, 9):
+                model.observe(k * s, s, truth(k * s, s))
+    rates = [0.99] * 7
+    assert choose_path_len(rates, 7, model) > 0
+    assert choose_path_len(rates, 7, model, batch=streams(8)) == 0
+    together = StepBatch({s: 8 if s else 1 for s in range(8)}, 8.0 + 7 * 6.9)
+    assert choose_path_len(rates, 7, model, batch=together) == 7
 
 
 def test_a_verify_that_costs_more_than_it_can_win_is_not_chosen():
