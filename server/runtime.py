@@ -3,7 +3,12 @@
 
 `switch(name)` serves another installed model the same way: status goes back to
 "loading", the old engine is closed and the new one loads in the background. It is
-refused while the engine still has requests, so nobody's answer is cut off.
+refused while the engine still has requests, or a request is on its way into it (`admit`),
+so nobody's answer is cut off.
+
+What is served is one frozen `Served`, swapped whole under the lock: a request reads it once,
+so its engine, its model's name and the status it was admitted under belong together even
+while a switch runs in another thread.
 
 With a backend (settings.backend) the "model" is the backend's (server/remote.py): loading it
 means asking the backend which model to drive, and switching is the backend's business.
@@ -11,10 +16,13 @@ means asking the backend which model to drive, and switching is the backend's bu
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
-from typing import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 from engine import Engine, EngineConfig, EngineError, EngineStopped, hardware
 from engine.store import InstalledModel, ModelStore
@@ -67,19 +75,54 @@ def load_engine(settings: Settings, stop: threading.Event | None = None) -> tupl
     return entry, Engine.load(entry.path, cfg, stop)
 
 
+@dataclass(frozen=True)
+class Served:
+    """What the server serves at one moment (Runtime.served): replaced whole, never changed."""
+
+    settings: Settings  # of the model served, or of the last load tried
+    status: str = "loading"  # loading | ready | error
+    engine: Engine | RemoteEngine | None = None  # set exactly while status is "ready"
+    model: InstalledModel | None = None  # the model served (kept during a switch until the new one is ready)
+    error: str | None = None
+    loading: str | None = None  # the name being loaded, while status is "loading"
+
+    @property
+    def remote(self) -> bool:
+        """Whether a backend server answers instead of a local engine (then `engine` is a RemoteEngine)."""
+        return self.settings.backend is not None
+
+    def names(self) -> set[str]:
+        m = self.model
+        return {m.name, m.file, m.file.removesuffix(".gguf")} if m else set()
+
+    def holds(self, name: str) -> bool:
+        """Whether the store model `name` is served or being loaded (so it must not be removed)."""
+        m = self.model
+        served = m is not None and m.name == name and not m.source.startswith(("path:", "backend:"))
+        return served or self.loading == name
+
+
 class Runtime:
     def __init__(self, settings: Settings, loader: Loader = load_engine):
-        self.settings = settings
         self.loader = loader
-        self.status = "loading"  # loading | ready | error
-        self.error: str | None = None
-        self.engine: Engine | None = None
-        self.model: InstalledModel | None = None  # the model served (kept during a switch until the new one is ready)
-        self.loading: str | None = settings.model  # the name being loaded, while status is "loading"
-        self._lock = threading.Lock()  # one switch at a time; close() waits for it
+        self.served = Served(settings, loading=settings.model)
+        self._lock = threading.Lock()  # one switch at a time; close() waits for it; guards `served` changes
+        self._admitting = 0  # requests admitted whose work has not reached the engine's queue yet
         self._closed = False
         self._stop = threading.Event()  # set by close(): a load that waits for a backend gives up
         self._thread = threading.Thread(target=self._load, args=(settings,), name="flashdesk-load", daemon=True)
+
+    def _set(self, **changes) -> None:
+        """Swap in a new snapshot (the caller holds the lock)."""
+        self.served = dataclasses.replace(self.served, **changes)
+
+    @property
+    def settings(self) -> Settings:
+        return self.served.settings
+
+    @property
+    def remote(self) -> bool:
+        return self.served.remote
 
     def start(self) -> None:
         self._thread.start()
@@ -98,8 +141,7 @@ class Runtime:
             if self._closed:  # the server stopped while this was loading: nobody will close it later
                 engine.close()
                 return
-            self.model, self.engine, self.settings = model, engine, settings
-            self.status, self.error, self.loading = "ready", None, None
+            self.served = Served(settings, "ready", engine, model)
         log.info("model %s ready (%s)", model.name, engine.info.description)
 
     def _ask(self, settings: Settings) -> tuple[InstalledModel, Engine]:
@@ -109,17 +151,17 @@ class Runtime:
             try:
                 return self.loader(settings, self._stop)
             except BackendUnavailable as e:
-                if self.error != e.message:
+                if self.served.error != e.message:
                     log.warning("%s (asking again every %.0f s)", e.message, BACKEND_RETRY_S)
-                self.error = e.message
+                with self._lock:
+                    self._set(error=e.message)
                 if self._stop.wait(BACKEND_RETRY_S):
                     raise EngineStopped("the server stopped before the backend answered") from None
 
     def _failed(self, settings: Settings, message: str) -> None:
         log.error("could not load the model %s: %s", settings.backend or settings.model, message)
-        with self._lock:
-            self.settings = settings  # so a later switch copies the settings of the last attempt
-            self.model, self.status, self.error, self.loading = None, "error", message, None
+        with self._lock:  # the settings of the last attempt: a later switch copies them
+            self.served = Served(settings, "error", error=message)
 
     def switch(self, name: str) -> None:
         """Serve the installed model `name` instead: returns at once, the load runs in the background.
@@ -135,22 +177,20 @@ class Runtime:
         with self._lock:
             if self._closed:
                 raise APIError(503, "the server is shutting down", code="shutting_down")
-            if self.status == "loading":
-                raise APIError(409, f"the model {self.loading!r} is still loading. HINT: wait until /health "
+            now = self.served
+            if now.status == "loading":
+                raise APIError(409, f"the model {now.loading!r} is still loading. HINT: wait until /health "
                                     "says ready, then switch.", code="busy")
-            previous = self.status
-            self.status = "loading"  # first, so no new request reaches the engine while we look at it
-            old = self.engine
+            old = now.engine
             st = old.stats() if old is not None else {"active": 0, "queued": 0}
-            if st["active"] or st["queued"]:
-                self.status = previous
-                raise APIError(409, f"the model is still answering {st['active']} request(s) with "
-                                    f"{st['queued']} waiting. HINT: switch when they have finished "
+            if st["active"] or st["queued"] or self._admitting:
+                raise APIError(409, f"the model is still answering {st['active'] + self._admitting} request(s) "
+                                    f"with {st['queued']} waiting. HINT: switch when they have finished "
                                     "(GET /health shows engine.active and engine.queued).", code="busy")
             # A --draft PATH was chosen for the old model; the new one uses its own paired draft.
-            keep_draft = self.settings.draft in ("auto", "none")
-            settings = self.settings.model_copy(update={"model": name, **({} if keep_draft else {"draft": "auto"})})
-            self.engine, self.error, self.loading = None, None, name
+            keep_draft = now.settings.draft in ("auto", "none")
+            settings = now.settings.model_copy(update={"model": name, **({} if keep_draft else {"draft": "auto"})})
+            self._set(status="loading", engine=None, error=None, loading=name)  # the old model's name stays
             self._thread = threading.Thread(target=self._switch, args=(old, settings), name="flashdesk-load",
                                             daemon=True)
             self._thread.start()
@@ -161,39 +201,38 @@ class Runtime:
             old.close()  # frees its memory before the new model takes its own
         self._load(settings)
 
-    def ready_engine(self, requested_model: str | None) -> Engine:
-        if self.status == "loading":
-            if self.remote and self.error:  # still asking a backend that cannot be reached (_ask)
-                raise APIError(503, self.error, code="backend_unavailable")
-            raise APIError(503, "the model is still loading; try again in a few seconds", code="model_loading")
-        if self.status == "error":
-            raise APIError(503, f"no model could be loaded: {self.error}", code="model_unavailable")
-        if requested_model and requested_model not in self.names():
-            raise APIError(404, f"model {requested_model!r} is not served here; this server serves "
-                                f"{self.model.name!r} (see GET /v1/models)", code="model_not_found",
-                           param="model")
-        return self.engine
-
-    def names(self) -> set[str]:
-        m = self.model
-        return {m.name, m.file, m.file.removesuffix(".gguf")} if m else set()
-
-    @property
-    def remote(self) -> bool:
-        """Whether a backend server answers instead of a local engine (then `engine` is a RemoteEngine)."""
-        return self.settings.backend is not None
+    @contextmanager
+    def admit(self, requested_model: str | None) -> Iterator[Served]:
+        """The snapshot a request is served from, while it makes its way into the engine's queue:
+        503 while loading or after a failed load, 404 for a model not served here. A switch is
+        refused until the block ends (the request is then in the engine's own count)."""
+        with self._lock:
+            now = self.served
+            if now.status == "loading":
+                if now.remote and now.error:  # still asking a backend that cannot be reached (_ask)
+                    raise APIError(503, now.error, code="backend_unavailable")
+                raise APIError(503, "the model is still loading; try again in a few seconds", code="model_loading")
+            if now.status == "error":
+                raise APIError(503, f"no model could be loaded: {now.error}", code="model_unavailable")
+            if requested_model and requested_model not in now.names():
+                raise APIError(404, f"model {requested_model!r} is not served here; this server serves "
+                                    f"{now.model.name!r} (see GET /v1/models)", code="model_not_found",
+                               param="model")
+            self._admitting += 1
+        try:
+            yield now
+        finally:
+            with self._lock:
+                self._admitting -= 1
 
     def in_use(self, name: str) -> bool:
-        """Whether the store model `name` is served or being loaded (so it must not be removed)."""
-        m = self.model
-        served = m is not None and m.name == name and not m.source.startswith(("path:", "backend:"))
-        return served or self.loading == name
+        return self.served.holds(name)
 
     def stop(self) -> None:
         """The first step of a shutdown (a signal, any thread; returns at once): a load under way gives
         up, and open answers end with an error event after the step under way. close() follows."""
         self._stop.set()
-        engine = self.engine
+        engine = self.served.engine
         if engine is not None:
             engine.stop()
 
@@ -204,5 +243,6 @@ class Runtime:
             thread = self._thread
         if thread.ident is not None:  # started (close() may come before start() when start-up fails)
             thread.join(timeout=60)
-        if self.engine is not None:
-            self.engine.close()
+        engine = self.served.engine
+        if engine is not None:
+            engine.close()

@@ -29,18 +29,19 @@ BACKEND_STATUS = {"up": 200, "down": 503, "failing": 502}  # RemoteEngine.probe(
 @router.get("/health")
 async def health(request: Request):
     rt: Runtime = request.app.state.runtime
-    eng = rt.engine if rt.status == "ready" else None  # read once: a switch may clear it meanwhile
-    body = {"status": rt.status}
+    now = rt.served  # one snapshot: a switch may replace it meanwhile
+    eng = now.engine
+    body = {"status": now.status}
     if eng is not None:
-        body |= {"model": rt.model.name, "engine": eng.stats(), "n_ctx": eng.n_ctx}
+        body |= {"model": now.model.name, "engine": eng.stats(), "n_ctx": eng.n_ctx}
     status = 200 if eng is not None else 503
-    if eng is None or not rt.remote:
+    if eng is None or not now.remote:
         body["speculation"] = speculation.facts(eng) if eng is not None else speculation.names()
     else:
         body["backend"], body["speculation"] = await asyncio.gather(eng.probe(), speculation.published(eng))
         status = BACKEND_STATUS[body["backend"]["status"]]
         if status != 200:  # nothing can be answered: the UI shows this as it shows a model that failed to load
             body["status"], body["error"] = "error", body["backend"]["error"]
-    if rt.error:
-        body["error"] = rt.error
+    if now.error:
+        body["error"] = now.error
     return JSONResponse(body, status_code=status)

@@ -40,7 +40,8 @@ BACKEND_SPEC = {
 
 @router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(request: Request) -> str:
-    engine = request.app.state.runtime.engine
+    now = request.app.state.runtime.served
+    engine = now.engine
     lines = []
     totals = dict(engine.totals) if engine is not None else {}
     for key, (name, kind, help_, label) in METRICS.items():
@@ -58,7 +59,7 @@ async def metrics(request: Request) -> str:
             lines += [
                 "# HELP flashdesk_busy_refusals_total Requests refused with a 429 (every slot busy, the queue full).",
                 "# TYPE flashdesk_busy_refusals_total counter", f"flashdesk_busy_refusals_total {st['refused']}"]
-    if engine is not None and request.app.state.runtime.remote:
+    if engine is not None and now.remote:
         spec = await engine.spec_figures() or {}  # only what the backend published: no zeros for the rest
         for key, (name, kind, help_) in BACKEND_SPEC.items():
             if key in spec:

@@ -32,24 +32,25 @@ def _runtime(request: Request) -> Runtime:
 
 @router.get("/v1/models")
 async def list_models(request: Request):
-    rt = _runtime(request)
+    now = _runtime(request).served
     data = []
-    if rt.remote and rt.status == "ready":  # what the backend serves, as it says (502/503 when it cannot)
-        return {"object": "list", "data": await rt.engine.models()}
-    if rt.model is not None:
-        data.append({"id": rt.model.name, "object": "model", "created": int(rt.model.added),
-                     "owned_by": "flashdesk", "status": rt.status})
+    if now.remote and now.engine is not None:  # what the backend serves, as it says (502/503 when it cannot)
+        return {"object": "list", "data": await now.engine.models()}
+    if now.model is not None:
+        data.append({"id": now.model.name, "object": "model", "created": int(now.model.added),
+                     "owned_by": "flashdesk", "status": now.status})
     return {"object": "list", "data": data}
 
 
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     constraint = compile_response_format(body.response_format)  # 400 for what it cannot enforce
-    engine = _runtime(request).ready_engine(body.model)
-    prompt = engine.render_chat(body.chat_messages())
-    req = body.to_engine(prompt, constraint.grammar if constraint else None)
-    events = await submit(engine, req)
-    cid, model = fmt.new_id("chatcmpl"), _runtime(request).model.name
+    with _runtime(request).admit(body.model) as served:
+        engine = served.engine
+        prompt = engine.render_chat(body.chat_messages())
+        req = body.to_engine(prompt, constraint.grammar if constraint else None)
+        events = await submit(engine, req)
+    cid, model = fmt.new_id("chatcmpl"), served.model.name
     if not body.stream:
         done = await collect(request, req, events)
         return fmt.chat_completion(cid, model, done.text, done.finish_reason, done.usage,
@@ -79,10 +80,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
 
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request):
-    engine = _runtime(request).ready_engine(body.model)
-    req = body.to_engine()
-    events = await submit(engine, req)
-    cid, model, created = fmt.new_id("cmpl"), _runtime(request).model.name, int(time.time())
+    with _runtime(request).admit(body.model) as served:
+        req = body.to_engine()
+        events = await submit(served.engine, req)
+    cid, model, created = fmt.new_id("cmpl"), served.model.name, int(time.time())
     if not body.stream:
         done = await collect(request, req, events)
         return fmt.text_completion(cid, model, created, done.text, done.finish_reason, done.usage)

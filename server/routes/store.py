@@ -102,10 +102,11 @@ def _rollback_of_file(path: str, mtime_ns: int, size: int) -> dict | None:
 def model_json(store: ModelStore, m: InstalledModel, rt: Runtime) -> dict:
     kind = store.manifest(Path(m.path).parent).get("draft_kind") if m.draft else None  # set when it was paired
     draft = {"file": m.draft, "source": store.draft_source(m), "kind": kind} if m.draft else None
+    now = rt.served
     return {"name": m.name, "object": "store.model", "file": m.file, "size": m.size,
             "architecture": m.architecture, "source": m.source, "added": m.added, "sha256": m.sha256,
-            "draft": draft, "rollback": rollback_of(m), "serving": rt.status == "ready" and rt.in_use(m.name),
-            "loading": rt.status == "loading" and rt.loading == m.name}
+            "draft": draft, "rollback": rollback_of(m), "serving": now.status == "ready" and now.holds(m.name),
+            "loading": now.status == "loading" and now.loading == m.name}
 
 
 def _accepted(job: dict) -> JSONResponse:
@@ -220,8 +221,9 @@ def remove(name: str, request: Request):
     store, rt = _store(request), _runtime(request)
     m = store.get(name)
     with jobs_of(request.app).exclusive():
-        if rt.in_use(m.name):
-            doing = "serves" if rt.status == "ready" else "is loading"
+        now = rt.served
+        if now.holds(m.name):
+            doing = "serves" if now.status == "ready" else "is loading"
             raise APIError(409, f"{m.name!r} is the model this server {doing}. HINT: serve another model first "
                                 "(POST /v1/store/serve), then remove this one.", code="model_in_use", param="name")
         store.remove(m.name)

@@ -19,12 +19,12 @@ router = APIRouter()
 @router.get("/v1/system")
 async def system(request: Request):
     settings = request.app.state.settings
-    rt = request.app.state.runtime
-    eng = rt.engine if rt.status == "ready" else None  # read once: a switch may clear it meanwhile
+    now = request.app.state.runtime.served  # one snapshot: a switch may replace it meanwhile
+    eng = now.engine
     return {
         "object": "system",
-        **await run_in_threadpool(report, rt.settings.threads),  # asks the devices: off the server's loop
-        "model": {"status": rt.status, "name": rt.model.name if rt.model else None},
+        **await run_in_threadpool(report, now.settings.threads),  # asks the devices: off the server's loop
+        "model": {"status": now.status, "name": now.model.name if now.model else None},
         "speculation": await speculation.published(eng) if eng else None,
         "home": str(ModelStore(settings.home).home),  # where models, chats and the audit log live
     }

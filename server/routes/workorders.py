@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import Literal
+from typing import Awaitable, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
@@ -82,6 +82,21 @@ def _template(request: Request, body: ParseRequest) -> Template:
     return _state(request).templates.get(body.template or "work_order")
 
 
+async def _kept_if_failed(audit, about: dict, warnings: list, step: Awaitable):
+    """Await a step of a parse; the trail keeps a failed parse too (a hang-up is a 499). A 429 is
+    not kept: the request was not read at all, and the caller sends it again."""
+    try:
+        return await step
+    except ServerBusy:
+        raise
+    except (EngineError, APIError) as e:
+        await run_in_threadpool(audit.record, ParseRecord(
+            **about, output=None, valid=False, finish_reason="error", needs_review=True,
+            review_reasons=["the parse failed"], warnings=warnings, error=getattr(e, "message", str(e)),
+            review_details=[{"code": "failed", "field": None, "params": {}, "message": "the parse failed"}]))
+        raise
+
+
 @router.post("/parse")
 async def parse(body: ParseRequest, request: Request):
     text = body.text.strip()
@@ -92,32 +107,23 @@ async def parse(body: ParseRequest, request: Request):
                             "HINT: send one message per request", param="text", code="text_too_long")
     template = _template(request, body)
     audit = _audit(request)
-    runtime = _state(request).runtime
-    engine = runtime.ready_engine(body.model)
-    warnings = []
-    sent = body.sent_date or dt.date.today()
-    if body.sent_date is None:
-        warnings.append({"field": "sent_date", "code": "no_sent_date", "params": {"date": sent.isoformat()},
-                         "message": f"not given: relative dates were resolved against today ({sent.isoformat()})"})
-    spec = body.speculative.params() if body.speculative else Speculative().params()
-    quoted = await run_in_threadpool(strip_quoted, text) if body.strip_quoted else None
-    newest = quoted.text if quoted else text
-    req, read, cut = await run_in_threadpool(extract.fit_request, engine, template, newest, sent, body.language,
-                                             body.max_tokens, spec)
-    stripped = {"quoted_history": quoted.note() if quoted else None, "cut_to_fit": cut.note() if cut else None}
-    about = dict(template=template.name, model=runtime.model.name, input_text=body.text,
-                 sent_date=sent.isoformat(), language=body.language)
-    try:
-        events = await submit(engine, req)
-        done = await collect(request, req, events)
-    except ServerBusy:  # not read at all (a 429): the caller sends it again, the trail waits for that
-        raise
-    except (EngineError, APIError) as e:  # the trail keeps failed parses too (a hang-up is a 499)
-        await run_in_threadpool(audit.record, ParseRecord(
-            **about, output=None, valid=False, finish_reason="error", needs_review=True,
-            review_reasons=["the parse failed"], warnings=warnings, error=getattr(e, "message", str(e)),
-            review_details=[{"code": "failed", "field": None, "params": {}, "message": "the parse failed"}]))
-        raise
+    with _state(request).runtime.admit(body.model) as served:  # until the parse is in the engine's queue
+        engine = served.engine
+        warnings = []
+        sent = body.sent_date or dt.date.today()
+        if body.sent_date is None:
+            warnings.append({"field": "sent_date", "code": "no_sent_date", "params": {"date": sent.isoformat()},
+                             "message": f"not given: relative dates were resolved against today ({sent.isoformat()})"})
+        spec = body.speculative.params() if body.speculative else Speculative().params()
+        quoted = await run_in_threadpool(strip_quoted, text) if body.strip_quoted else None
+        newest = quoted.text if quoted else text
+        req, read, cut = await run_in_threadpool(extract.fit_request, engine, template, newest, sent, body.language,
+                                                 body.max_tokens, spec)
+        stripped = {"quoted_history": quoted.note() if quoted else None, "cut_to_fit": cut.note() if cut else None}
+        about = dict(template=template.name, model=served.model.name, input_text=body.text,
+                     sent_date=sent.isoformat(), language=body.language)
+        events = await _kept_if_failed(audit, about, warnings, submit(engine, req))
+    done = await _kept_if_failed(audit, about, warnings, collect(request, req, events))
     out = extract.assess(engine, template, done, read, sent, cut)
     usage = fmt.usage(done.usage)
     record = ParseRecord(**about, output=out.result, valid=out.valid,
@@ -128,7 +134,7 @@ async def parse(body: ParseRequest, request: Request):
                          error=None if out.valid else "; ".join(out.errors), unavailable=out.unavailable)
     record_id = await run_in_threadpool(audit.record, record)
     return {
-        "id": record_id, "object": "workorder.parse", "created": int(time.time()), "model": runtime.model.name,
+        "id": record_id, "object": "workorder.parse", "created": int(time.time()), "model": served.model.name,
         "template": template.name, "sent_date": sent.isoformat(), "result": out.result, "valid": out.valid,
         "errors": out.errors, "needs_review": out.review.needs_review, "review_reasons": out.review.reasons,
         "review_details": out.review.details,

@@ -217,7 +217,7 @@ def test_json_schema_reaches_llama_cpp_python_in_its_own_dialect_and_is_validate
     assert content == want["choices"][0]["message"]["content"]
     assert got["choices"][0]["structured_output"] == {"valid": True, "errors": []}
     assert isinstance(json.loads(content)["qty"], int)
-    assert front.app.state.runtime.engine.json_object_schemas  # learned once, kept
+    assert front.app.state.runtime.served.engine.json_object_schemas  # learned once, kept
     again = httpx.post(f"{front.base}/v1/chat/completions", json=kw | {"response_format": fmt}, timeout=120).json()
     assert again["choices"][0]["message"]["content"] == content
 
