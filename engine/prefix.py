@@ -41,13 +41,13 @@ def best_slot(free: list, prompt: list[int]):
 def holder(drafter):
     """Whose state a kept prefix is: the drafter's own, or the one a combined drafter drafts with
     (grammar+lookup+dflash keeps the DFlash drafter's KV, which a plain dflash request may reuse)."""
-    return getattr(drafter, "holder", drafter)
+    return drafter.holder if drafter is not None else None
 
 
 def costs_reuse(slot, prompt: list[int], drafter, least: int = 64) -> bool:
     """Would drafting with `drafter` give up a kept prefix of at least `least` tokens (it is a
     drafter that follows the KV but holds nothing for it)? Auto mode then prompt-looks-up."""
-    return (drafter is not None and hasattr(drafter, "keep_prefix") and slot.cached_drafter is not holder(drafter)
+    return (drafter is not None and drafter.follows_kv and slot.cached_drafter is not holder(drafter)
             and common_prefix(slot.cached, prompt) >= least)
 
 
@@ -65,8 +65,7 @@ def keep(slot, ctx: Context, ok: bool) -> None:
         slot.checkpoint = None
     spec = slot.spec
     if spec is not None:
-        hold = getattr(spec.drafter, "keep_prefix", None)
-        if hold is not None and n and not spec.retired and hold(slot.seq_id, n):
+        if n and not spec.retired and spec.drafter.keep_prefix(slot.seq_id, n):
             slot.cached_drafter = holder(spec.drafter)
         else:
             spec.drafter.forget(slot.seq_id)
@@ -89,7 +88,7 @@ def reuse(slot, ctx: Context, prompt: list[int], drafter) -> int:
     kept, mine = slot.cached_drafter, holder(drafter)
     if kept is not None and kept is not mine:
         kept.forget(slot.seq_id)  # the new request does not draft with it
-    if drafter is not None and hasattr(drafter, "keep_prefix"):
+    if drafter is not None and drafter.follows_kv:
         if kept is not mine or not n or not drafter.keep_prefix(slot.seq_id, n):
             if kept is mine:
                 drafter.forget(slot.seq_id)
@@ -100,7 +99,7 @@ def reuse(slot, ctx: Context, prompt: list[int], drafter) -> int:
     if not ctx.forget(slot.seq_id, n):  # this memory cannot drop that tail: back to the checkpoint, or nothing
         cp = slot.checkpoint
         n = cp[0] if cp is not None and cp[0] > 0 and ctx.restore(slot.seq_id, cp[1], cp[0]) else 0
-        if drafter is not None and hasattr(drafter, "keep_prefix") and not (n and drafter.keep_prefix(slot.seq_id, n)):
+        if drafter is not None and drafter.follows_kv and not (n and drafter.keep_prefix(slot.seq_id, n)):
             drafter.forget(slot.seq_id)
             n = 0
         if not n:

@@ -43,7 +43,7 @@ from .speculative.drafters.combined import GrammarLookupDrafter, SpanDFlashDraft
 from .speculative.drafters.grammar import GrammarDrafter
 from .speculative.drafters.lookup import PromptLookupDrafter
 from .speculative.loop import Stepper
-from .speculative.params import MeasuredGain, SpecParams
+from .speculative.params import AUTO, OFF, MeasuredGain, SpecParams
 from .speculative.policy import Policy
 from .speculative.exactness import judge
 
@@ -61,7 +61,7 @@ class EngineConfig:
     n_threads: int = max(1, min(os.cpu_count() or 1, 8))
     n_gpu_layers: int = -1
     verbose: bool = False
-    spec_mode: str = "auto"  # default for requests that do not say (SpecParams.mode)
+    spec_mode: str = AUTO  # default for requests that do not say (SpecParams.mode)
     spec_block: int = 8  # the largest B the chooser may pick (or B itself for a fixed block)
     cost_cache: str | None = None  # JSON file for what decodes cost on this machine (learned, kept across starts)
     draft: str | None = None  # a DFlash draft GGUF (2 or v1) for this model: enables mode "dflash"
@@ -171,7 +171,7 @@ class Engine:
             self.draft_error = e.message
             log.error("DFlash draft not used: %s", e.message)
             return
-        self.add_drafter(SpanDFlashDrafter(self.drafters["grammar+lookup"], drafter))
+        self.add_drafter(SpanDFlashDrafter(self.drafters[GrammarLookupDrafter.name], drafter))
 
     def add_drafter(self, drafter: Drafter) -> None:
         """Make `drafter` available as speculative mode `drafter.name` (before the first request)."""
@@ -199,9 +199,9 @@ class Engine:
             raise EngineStopped("the engine is shutting down")
         req.sampling.validate()
         req.speculative.validate()
-        if req.speculative.mode not in ("auto", "off") and req.speculative.mode not in self.drafters:
+        if req.speculative.mode not in (AUTO, OFF) and req.speculative.mode not in self.drafters:
             raise InvalidRequest(f"speculative mode {req.speculative.mode!r} is not available here; this engine "
-                                 f"has: auto, off, {', '.join(self.drafters)}", param="speculative.mode")
+                                 f"has: {AUTO}, {OFF}, {', '.join(self.drafters)}", param="speculative.mode")
         if req.max_tokens is not None and req.max_tokens < 1:
             raise InvalidRequest("max_tokens must be at least 1", param="max_tokens")
         if req.grammar:
@@ -385,7 +385,7 @@ class Engine:
             try:
                 spec = self.policy.state_for(req.speculative, req.sampling, req.prompt_tokens, slot,
                                              constrained=bool(req.grammar))
-                follows = spec is not None and hasattr(spec.drafter, "keep_prefix")  # a draft KV beside the target's
+                follows = spec is not None and spec.drafter.follows_kv  # a draft KV beside the target's
                 shared = prefix.common_prefix(slot.cached, req.prompt_tokens[:-1]) if follows else 0
                 reused = prefix.reuse(slot, self.ctx, req.prompt_tokens, spec.drafter if spec else None)
                 if shared > reused and self.costs.ready:  # a kept prompt decoded again for the draft: its upkeep

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Literal
 
 from engine import Engine
-from engine.speculative.params import MAX_BLOCK, MODES, SELECTORS
+from engine.speculative.params import AUTO, DFLASH, MAX_BLOCK, MODES, SELECTORS
 
 from .remote import RemoteEngine
 
@@ -37,7 +37,7 @@ def facts(engine: Engine) -> dict:
     """`names()` plus what this loaded engine does with them."""
     if isinstance(engine, RemoteEngine):  # a backend speculates by its own configuration, unseen from here
         return names() | {
-            "drafters": [], "default": "auto", "exact": None, "enabled": None, "max_rows": None, "draft": None,
+            "drafters": [], "default": AUTO, "exact": None, "enabled": None, "max_rows": None, "draft": None,
             "exact_why": "speculation runs on the backend server, configured there", "draft_error": None,
             "cost_curve": "none", "measured": None, "backend": True,
         }
@@ -84,6 +84,6 @@ def _count(v: float | None) -> int | float | None:
 
 def _draft(engine: Engine) -> dict | None:
     """The paired DFlash draft's kind ("dflash2" | "dflash1"), block size and candidates per slot (0 for v1)."""
-    d = engine.drafters.get("dflash")
-    info = getattr(d, "info", None)
+    d = engine.drafters.get(DFLASH)
+    info = d.info if d is not None else None
     return None if info is None else {"kind": info.kind, "block_size": info.block_size, "top_k": info.top_k}

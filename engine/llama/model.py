@@ -1,8 +1,8 @@
 """A loaded GGUF model: weights, vocabulary and metadata, through llama.cpp's C API.
 
-This is one of the two modules that call llama-cpp-python's low-level bindings
-(`context.py` is the other): it owns the `llama_model *` and its vocabulary. It does
-not decode; contexts do. Tokenization is read-only on the vocabulary, so callers on
+It owns the `llama_model *` and its vocabulary, through llama-cpp-python's low-level
+bindings, as the other modules of `engine/llama/` own the rest (`context.py` the target's
+context, `draft_context.py` a draft's). It does not decode; contexts do. Tokenization is read-only on the vocabulary, so callers on
 other threads may tokenize while the worker decodes.
 
 References: llama.cpp `include/llama.h` (model and vocab sections).

@@ -116,8 +116,7 @@ class Stepper:
         want = {}
         for s in decoding:
             if s.spec is not None:
-                free = getattr(s.spec.drafter, "free", False)
-                want[s.seq_id] = s.spec.path_cap(s) if free else self._price(s)
+                want[s.seq_id] = s.spec.path_cap(s) if s.spec.drafter.free else self._price(s)
         if self.max_rows is not None:  # the step's rows: one per slot, then paths while room lasts
             room = self.max_rows - len(slots)
             for seq_id in want:
@@ -153,7 +152,7 @@ class Stepper:
                 slot.spec.stats.upkeep_ms += catch_up
                 slot.spec.observe_draft_cost(share - catch_up)
                 path = self._select(slot, prop, n_draft)
-                if getattr(drafter, "free", False) and path.tokens:
+                if drafter.free and path.tokens:
                     path = path.head(self._price(slot, len(path.tokens), path.sources))
                 if path.tokens:  # an empty path: this sequence decodes plainly this step
                     out[slot.seq_id] = path
@@ -246,7 +245,7 @@ class Stepper:
             n, bonus = accept.accept_sample(p, path.tokens, path.cand_ids, path.cand_q, u)
             if grammar is not None:
                 constrain.advance(grammar, list(path.tokens[:n]) + [int(bonus)])
-        own = getattr(spec.drafter, "source", spec.drafter.name)  # a combined drafter names its parts
+        own = spec.drafter.source or spec.drafter.name  # a combined drafter names its parts
         spec.stats.record(len(path.tokens), n, [src or own for src in (path.sources or [None] * n)[:n]])
         spec.stats.verify_ms += verify_ms
         spec.observe_acceptance(len(path.tokens), n)

@@ -7,7 +7,11 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidRequest
 
-MODES = ("auto", "off", "dflash", "lookup", "grammar", "grammar+lookup", "grammar+lookup+dflash")
+# Each mode's name, defined once: a drafter's `name` is its mode, and the policy names modes by these.
+AUTO, OFF = "auto", "off"
+DFLASH, LOOKUP, GRAMMAR = "dflash", "lookup", "grammar"
+GRAMMAR_LOOKUP, GRAMMAR_LOOKUP_DFLASH = f"{GRAMMAR}+{LOOKUP}", f"{GRAMMAR}+{LOOKUP}+{DFLASH}"
+MODES = (AUTO, OFF, DFLASH, LOOKUP, GRAMMAR, GRAMMAR_LOOKUP, GRAMMAR_LOOKUP_DFLASH)
 SELECTORS = ("walk", "viterbi", "dp", "top1")
 MAX_BLOCK = 16
 

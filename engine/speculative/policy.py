@@ -14,11 +14,13 @@ itself (loop.py). It never touches a llama.cpp context.
 
 from __future__ import annotations
 
+from gguf_tools.dflash import DFLASH2
+
 from ..llama.sampler import TargetDistribution
 from ..prefix import costs_reuse
 from .costs import CostModel
 from .drafters.base import Drafter
-from .params import MAX_BLOCK, SpecParams
+from .params import AUTO, DFLASH, GRAMMAR_LOOKUP, GRAMMAR_LOOKUP_DFLASH, LOOKUP, MAX_BLOCK, OFF, SpecParams
 from .state import DrafterRecord, SpecState
 
 EXPLORE_TRIALS = 16  # auto mode judges a DFlash draft once its record holds this many first-position trials
@@ -56,23 +58,23 @@ class Policy:
                   constrained: bool = False) -> SpecState | None:
         """How a request with these settings, admitted into `slot`, speculates; None for plain decoding.
         `constrained`: the request has a grammar, whose forced spans auto mode drafts with lookup's."""
-        mode = self.mode if params.mode == "auto" else params.mode
-        if mode == "off" or not self.enabled:
+        mode = self.mode if params.mode == AUTO else params.mode
+        if mode == OFF or not self.enabled:
             return None
-        if mode == "auto":
+        if mode == AUTO:
             mode, trial = self.auto_drafter()
             # re-decoding a long shared prompt would cost more than the draft earns; a trial gives up
             # no kept prompt at all (its record counts a prompt decoded again for it as upkeep, but at 8
             # streams a trial every REFRESH-th request that decodes 50 prompt tokens again costs 4%)
             if costs_reuse(slot, prompt, self.drafters.get(mode), least=1 if trial else 64):
-                mode = "lookup"
+                mode = LOOKUP
             if constrained:  # the grammar's forced spans join whichever drafter auto chose
-                mode = "grammar+lookup+dflash" if mode == "dflash" and self._draft_adds() else "grammar+lookup"
+                mode = GRAMMAR_LOOKUP_DFLASH if mode == DFLASH and self._draft_adds() else GRAMMAR_LOOKUP
         if mode not in self.drafters:
             return None
         if sampling.presence_penalty or sampling.frequency_penalty:
             return None  # penalties depend on every accepted token: those requests decode plainly
-        if sampling.seed is not None and not sampling.greedy and params.mode == "auto":
+        if sampling.seed is not None and not sampling.greedy and params.mode == AUTO:
             # Speculative sampling draws its uniforms per verify block (accept.py), so the tokens
             # a seed yields would depend on the drafts and on the chooser's per-step, timing-based
             # choices, not on the seed alone. A seeded request that leaves the mode to us decodes
@@ -82,9 +84,9 @@ class Policy:
         costs = None if params.block else self.costs
         drafter = self.drafters[mode]
         # the path selector works on a lattice: a v1 draft (or lookup) proposes its path itself
-        lattice = getattr(drafter, "kind", "dflash2" if mode == "dflash" else None) == "dflash2"
+        lattice = drafter.kind == DFLASH2
         selector = (params.selector or self.selector) if lattice else None
-        info = getattr(drafter, "info", None)  # a DFlash draft cannot draft past its block_size
+        info = drafter.info  # a DFlash draft cannot draft past its block_size
         block = min(params.block or self.block, info.block_size if info else MAX_BLOCK, self.max_block)
         dist = None if sampling.greedy else TargetDistribution(sampling, self.n_vocab)
         return SpecState(params, drafter, block, self.n_ctx, costs, selector, self.records[mode], dist=dist,
@@ -96,7 +98,7 @@ class Policy:
         only while its record is faster than grammar+lookup's at this machine's costs (on work
         orders the spans write nearly everything and the draft's call is pure cost), with every
         REFRESH-th such request trying it again."""
-        mixed, spans = self.records.get("grammar+lookup+dflash"), self.records.get("grammar+lookup")
+        mixed, spans = self.records.get(GRAMMAR_LOOKUP_DFLASH), self.records.get(GRAMMAR_LOOKUP)
         if mixed is None:
             return False
         if mixed.trials[0] < EXPLORE_TRIALS or not self.costs.ready or spans is None:
@@ -116,18 +118,18 @@ class Policy:
         unless its requests measured it slower than plain decoding (chat that copies nothing, many
         streams): then "off". Every REFRESH-th request set aside tries the preferred drafter again,
         so its record follows a change of use and of load."""
-        rec, lookup = self.records.get("dflash"), self.records.get("lookup")
+        rec, lookup = self.records.get(DFLASH), self.records.get(LOOKUP)
         costs = self.costs
-        preferred = "dflash" if rec is not None and not rec.useless() else "lookup"
-        if preferred == "dflash" and (not costs.ready or not (rec.gain.answers or rec.upkeep_ms)):
-            return "dflash", True  # not tried yet: try it
-        pick = "lookup"
-        if preferred == "dflash" and rec.speed(costs, self.max_block - 1) > 1.0 / costs.cost(1):
+        preferred = DFLASH if rec is not None and not rec.useless() else LOOKUP
+        if preferred == DFLASH and (not costs.ready or not (rec.gain.answers or rec.upkeep_ms)):
+            return DFLASH, True  # not tried yet: try it
+        pick = LOOKUP
+        if preferred == DFLASH and rec.speed(costs, self.max_block - 1) > 1.0 / costs.cost(1):
             rival = lookup.gain.speedup if lookup is not None and lookup.gain.answers else None
             if not rec.gain.answers or rec.gain.speedup > max(1.0, rival or 1.0):
-                pick = "dflash"
-        if pick == "lookup" and lookup is not None and lookup.gain.answers >= MIN_ANSWERS and lookup.gain.speedup < 1.0:
-            pick = "off"
+                pick = DFLASH
+        if pick == LOOKUP and lookup is not None and lookup.gain.answers >= MIN_ANSWERS and lookup.gain.speedup < 1.0:
+            pick = OFF
         if pick == preferred:
             return pick, False
         self._auto_requests += 1

@@ -13,7 +13,7 @@ from ..llama.sampler import TargetDistribution
 from .chooser import StepBatch, choose_path_len, expected_committed
 from .costs import CostModel
 from .drafters.base import Drafter
-from .params import MAX_BLOCK, MeasuredGain, SpecParams, SpecStats
+from .params import AUTO, MAX_BLOCK, MeasuredGain, SpecParams, SpecStats
 
 PROBE_BUDGET = 0.015  # probing a drafter the chooser benched may cost at most this share of plain time
 MIN_PROBE_EVERY = 8
@@ -185,7 +185,7 @@ class SpecState:
         if self._probing:  # back off from a drafter that keeps missing; reset when it hits
             self.misses = 0 if n_accepted else self.misses + 1
             self.probe_every = MIN_PROBE_EVERY if n_accepted else self.probe_every * 2
-            if self.misses >= MAX_MISSES and self.params.mode == "auto":
+            if self.misses >= MAX_MISSES and self.params.mode == AUTO:
                 self.retired = True
         for i in range(min(n_drafted, n_accepted + 1)):
             hit = 1.0 if i < n_accepted else 0.0

@@ -10,8 +10,6 @@ its. Words as in DESIGN.md §3.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
-
 import numpy as np
 
 
@@ -53,8 +51,23 @@ class Proposal:
     inject_rows: int = 0
 
 
-class Drafter(Protocol):
-    name: str
+class Drafter:
+    """The base of every drafter (DFlash 2 and v1, prompt lookup, the grammar's spans, their
+    combinations, test drafters). Its class attributes declare what the loop, the policy and
+    prefix reuse ask of a drafter; a drafter sets those that differ. A drafter with nothing to keep
+    between steps (prompt lookup, test drafters) overrides `propose` only."""
+
+    name: str = "drafter"  # the mode that drafts with it (engine/speculative/params.py MODES)
+    free: bool = False  # no model call: the loop asks for the longest path and prices what comes back
+    source: str | None = None  # what its own path tokens count as (None: its name); a combined drafter's draft
+    kind: str | None = None  # "dflash2": it proposes lattices for the select stage; else paths
+    info = None  # a DFlash draft's facts (gguf_tools/dflash DraftInfo: block size, top-k, taps); None otherwise
+    follows_kv: bool = False  # it keeps a KV cache of its own in step with the target's (DFlash)
+
+    @property
+    def holder(self) -> "Drafter":
+        """Whose KV a kept prefix is (engine/prefix.py): its own, or the draft a combined drafter drafts with."""
+        return self
 
     def attach(self, target_ctx) -> None:
         """Called once before the target's first decode (e.g. to enable layer capture)."""
@@ -63,33 +76,20 @@ class Drafter(Protocol):
         """A proposal of at most n_draft path tokens for each of `seqs`, in one draft pass where
         possible. `unary`: a drafter with a lattice also returns the draft's logit of every
         candidate (`Lattice.unary`), which the top1 selector needs; others ignore it."""
+        raise NotImplementedError
 
     def observe(self, committed: list[tuple[int, int, int]]) -> None:
         """Right after a target decode: (seq_id, pos, batch_row) of each decoded token that is
         now committed (prompt chunks: all rows; verifies: the anchor and accepted tokens).
         Target layer features of those rows stay readable until the next target decode."""
 
+    def keep_prefix(self, seq_id: int, n: int) -> bool:
+        """The sequence's request ended and the next one may share its first `n` positions: keep
+        what this drafter holds for them. False: it holds nothing the next request could use."""
+        return False
+
     def forget(self, seq_id: int) -> None:
         """The sequence ended or was cancelled: drop its state (e.g. its draft KV cells)."""
 
     def close(self) -> None:
         """Free what the drafter holds (before the target context it points into)."""
-
-
-class StatelessDrafter:
-    """A drafter with nothing to keep between steps (prompt lookup, test drafters): it only
-    proposes paths, so attach, observe, forget and close have nothing to do."""
-
-    name = "stateless"
-
-    def attach(self, target_ctx) -> None:
-        pass
-
-    def observe(self, committed: list[tuple[int, int, int]]) -> None:
-        pass
-
-    def forget(self, seq_id: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

@@ -14,27 +14,25 @@ wrote, and the select stage's DP chooses between the span and the draft's 16 at 
 
 from __future__ import annotations
 
-from .base import Proposal, SeqView
+from ..params import DFLASH, GRAMMAR, GRAMMAR_LOOKUP, GRAMMAR_LOOKUP_DFLASH, LOOKUP
+from .base import Drafter, Proposal, SeqView
 from .grammar import GrammarDrafter
 from .lookup import PromptLookupDrafter
 from .span_lattice import merge_span
 
 # P(a span token is what the target writes), before any is seen, where the draft's best guess is the
 # same token (True) or another (False)
-PRIOR = {("grammar", True): 0.95, ("grammar", False): 0.8, ("lookup", True): 0.8, ("lookup", False): 0.3}
+PRIOR = {(GRAMMAR, True): 0.95, (GRAMMAR, False): 0.8, (LOOKUP, True): 0.8, (LOOKUP, False): 0.3}
 PRIOR_WEIGHT = 4.0
 MEMORY = 400.0  # trials per source kept, so the estimate follows a change of use
 
 
-class GrammarLookupDrafter:
-    name = "grammar+lookup"
+class GrammarLookupDrafter(Drafter):
+    name = GRAMMAR_LOOKUP
     free = True
 
     def __init__(self, grammar: GrammarDrafter, lookup: PromptLookupDrafter):
         self.grammar, self.lookup = grammar, lookup
-
-    def attach(self, target_ctx) -> None:
-        pass
 
     def span(self, view: SeqView, n_draft: int) -> tuple[list[int], list[str]]:
         """At most n_draft tokens: the forced span, then what the history repeats after it;
@@ -45,9 +43,6 @@ class GrammarLookupDrafter:
 
     def propose(self, seqs: list[SeqView], n_draft: int, unary: bool = False) -> list[Proposal]:
         return [Proposal(tokens, sources=sources) for tokens, sources in (self.span(s, n_draft) for s in seqs)]
-
-    def observe(self, committed) -> None:
-        pass
 
     def forget(self, seq_id: int) -> None:
         self.grammar.forget(seq_id)
@@ -84,22 +79,23 @@ class SourceRecord:
                 return
 
 
-class SpanDFlashDrafter:
+class SpanDFlashDrafter(Drafter):
     """The grammar+lookup span and a DFlash 2 draft in one lattice. The draft's KV is the
     DFlash drafter's own: observation and prefix keeping go to it (`holder`)."""
 
-    name = "grammar+lookup+dflash"
-    source = "dflash"  # what the draft's own candidates are counted as
+    name = GRAMMAR_LOOKUP_DFLASH
+    source = DFLASH  # what the draft's own candidates are counted as
+    follows_kv = True
 
-    def __init__(self, spans: GrammarLookupDrafter, draft):
+    def __init__(self, spans: GrammarLookupDrafter, draft: Drafter):
         self.spans, self.draft = spans, draft
-        self.holder = draft  # engine/prefix.py: who keeps the KV a later request may reuse
         self.kind, self.info = draft.kind, draft.info
         self.record = SourceRecord()
         self._offered: dict[int, tuple[int, list[int], list]] = {}  # seq_id -> (at, span, record keys)
 
-    def attach(self, target_ctx) -> None:
-        pass  # the draft was attached as itself
+    @property
+    def holder(self) -> Drafter:
+        return self.draft  # engine/prefix.py: who keeps the KV a later request may reuse
 
     def propose(self, seqs: list[SeqView], n_draft: int, unary: bool = False) -> list[Proposal]:
         spans = []

@@ -36,7 +36,8 @@ from ...llama.draft_context import DraftContext, dflash_facts
 from ...llama.model import Model
 from gguf_tools.dflash import DFLASH2
 
-from .base import Lattice, Proposal, SeqView
+from ..params import DFLASH
+from .base import Drafter, Lattice, Proposal, SeqView
 from .dflash_fit import HINT, DraftRefused, inspect_draft  # noqa: F401  (DraftRefused: what callers catch)
 
 MAX_PENDING = 512  # observed rows a sequence keeps before injecting anyway (~6 MB for SmolLM2's 5 taps)
@@ -73,10 +74,11 @@ class _Pending:
         return self.buf[need - n:need]
 
 
-class DFlashDrafter:
+class DFlashDrafter(Drafter):
     """A DFlash draft (2 or v1) for one target model, drafting for all its sequences."""
 
-    name = "dflash"
+    name = DFLASH
+    follows_kv = True  # its draft KV holds the injected features of every committed row
 
     def __init__(self, draft_path: str, target: Model, *, n_ubatch: int = 64, verbose: bool = False):
         self.info = inspect_draft(str(draft_path), target)  # raises DraftRefused; nothing loaded yet

@@ -21,7 +21,8 @@ from __future__ import annotations
 import codecs
 
 from ... import gbnf
-from .base import Proposal, SeqView
+from ..params import GRAMMAR
+from .base import Drafter, Proposal, SeqView
 
 BLANKS = " \t\n\r"
 HABIT = {",": " ", ":": " "}  # the blank written after a character until the output shows its own
@@ -71,16 +72,13 @@ class _Follow:
         return "".join(out), None
 
 
-class GrammarDrafter:
-    name = "grammar"
+class GrammarDrafter(Drafter):
+    name = GRAMMAR
     free = True  # no model call: the loop asks for the longest path and prices what it gets
 
     def __init__(self, model):
         self.model = model
         self._seqs: dict[int, _Follow] = {}
-
-    def attach(self, target_ctx) -> None:
-        pass
 
     def propose(self, seqs: list[SeqView], n_draft: int, unary: bool = False) -> list[Proposal]:
         return [Proposal(self.span(s, n_draft)) for s in seqs]
@@ -117,9 +115,6 @@ class GrammarDrafter:
             f.feed(self.model.piece(tok))
         f.seen = out
         return f
-
-    def observe(self, committed) -> None:
-        pass
 
     def forget(self, seq_id: int) -> None:
         self._seqs.pop(seq_id, None)

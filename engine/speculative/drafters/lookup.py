@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Proposal, SeqView, StatelessDrafter
+from ..params import LOOKUP
+from .base import Drafter, Proposal, SeqView
 
 
-class PromptLookupDrafter(StatelessDrafter):
-    name = "lookup"
+class PromptLookupDrafter(Drafter):
+    name = LOOKUP
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         self.max_ngram = max_ngram

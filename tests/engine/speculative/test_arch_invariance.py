@@ -22,7 +22,7 @@ import pytest
 from conftest import dev_prompts
 from engine import Completion, Engine, EngineConfig, SamplingParams
 from engine.json_schema import compile_response_format
-from engine.speculative.drafters.base import Proposal, StatelessDrafter
+from engine.speculative.drafters.base import Drafter, Proposal
 from engine.speculative.params import SpecParams
 from gguf_tools.dflash import write_random_draft
 from gguf_tools.random_targets import architectures, write_random_target
@@ -89,7 +89,7 @@ def run(eng: Engine, prompts, spec: SpecParams, concurrent: bool = True, **kw) -
             for p in prompts}
 
 
-class OracleDrafter(StatelessDrafter):
+class OracleDrafter(Drafter):
     """Proposes what plain decoding wrote next, wrong at one position that cycles with the sequence
     length (all right once per cycle): accepted = that position, the rest rolled back."""
 

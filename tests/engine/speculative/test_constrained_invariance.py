@@ -18,7 +18,7 @@ import pytest
 
 from conftest import dev_prompts
 from reference import greedy_reference
-from engine.speculative.drafters.base import StatelessDrafter
+from engine.speculative.drafters.base import Drafter
 from engine import Completion, SamplingParams
 from engine.json_schema import compile_response_format
 from engine.speculative.drafters.base import Proposal
@@ -126,7 +126,7 @@ def test_forced_spans_are_lossless(dflash_engine, plain, mode, block):
     assert sum(s["accepted"] for s in stats) > 0
 
 
-class WrongTokenOracle(StatelessDrafter):
+class WrongTokenOracle(Drafter):
     """The constrained answer, with path token `(step % (n_draft + 1))` replaced by another id."""
 
     name = "grammar-oracle"
@@ -151,7 +151,7 @@ class WrongTokenOracle(StatelessDrafter):
         return out
 
 
-class RandomDrafter(StatelessDrafter):
+class RandomDrafter(Drafter):
     name = "random-tokens"
 
     def __init__(self):

@@ -13,12 +13,12 @@ from conftest import dev_prompts
 from engine import Completion, SamplingParams
 from engine.speculative.drafters.base import Proposal, SeqView
 from engine.speculative.params import SpecParams
-from engine.speculative.drafters.base import StatelessDrafter
+from engine.speculative.drafters.base import Drafter
 
 GREEDY = SamplingParams(temperature=0)
 
 
-class OracleDrafter(StatelessDrafter):
+class OracleDrafter(Drafter):
     """Proposes the true plain continuation with token `(step % n_draft)` of each path wrong."""
 
     name = "oracle"
@@ -137,7 +137,7 @@ def test_exactness_probe_leaves_the_context_as_it_found_it(model_path):
         model.close()
 
 
-class FailingDrafter(StatelessDrafter):
+class FailingDrafter(Drafter):
     """Fails in propose() on odd calls and in observe() after a while: requests must not notice."""
 
     name = "failing"

@@ -17,7 +17,7 @@ import pytest
 from engine import SamplingParams
 from engine.speculative.drafters.base import Proposal
 from engine.speculative.params import SpecParams
-from engine.speculative.drafters.base import StatelessDrafter
+from engine.speculative.drafters.base import Drafter
 
 PROMPT = "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"
 N = 400
@@ -30,7 +30,7 @@ def critical(dof: int, z: float = 3.09) -> float:
     return dof * (1.0 - a + z * a ** 0.5) ** 3
 
 
-class FixedPathDrafter(StatelessDrafter):
+class FixedPathDrafter(Drafter):
     """Proposes the same tokens every step (a point-mass proposal)."""
 
     name = "fixed"
