@@ -16,7 +16,6 @@ Not HTTP: events go to `request.sink`; the server adapts them to SSE/JSON.
 
 from __future__ import annotations
 
-import collections
 import logging
 import math
 import os
@@ -36,6 +35,7 @@ from .llama.model import Model, ModelInfo
 from .request import Completion, GenerationRequest, RequestHandle, StreamEvent
 from .sampling import SamplingParams
 from .slot import Slot
+from .stats import EngineStats, Totals
 from .speculative.costs import CostModel, FillIn
 from .speculative.drafters.base import Drafter
 from .speculative.drafters.dflash import DFlashDrafter
@@ -96,7 +96,7 @@ class Engine:
         if config.draft:
             self._load_draft(config.draft)
         self._t_measure: float | None = None  # when the idle fill-in started
-        self.totals: collections.Counter = collections.Counter()  # (metric, label) -> count
+        self.totals = Totals()  # for /metrics
         # Speculation is only lossless when verify rows compute exactly like single tokens:
         # measured once here, before the worker starts (the context is free). A patched GPU build
         # is exact only for decodes of up to `max_rows` rows: the policy and the stepper keep to it.
@@ -269,18 +269,6 @@ class Engine:
     def chat(self, messages: list[dict], **kw) -> Completion:
         return self.complete(self.render_chat(messages), **kw)
 
-    def _count(self, event: StreamEvent) -> None:
-        """Running totals for /metrics (written by the worker only; readers take a copy)."""
-        t, u = self.totals, event.usage
-        t[("requests", "error" if event.error else event.finish_reason)] += 1
-        t[("prompt_tokens", "")] += u.prompt_tokens
-        t[("completion_tokens", "")] += u.completion_tokens
-        if u.speculation:
-            mode = u.speculation["mode"]
-            t[("spec_verifies", mode)] += u.speculation["verifies"]
-            t[("spec_drafted", mode)] += u.speculation["drafted"]
-            t[("spec_accepted", mode)] += u.speculation["accepted"]
-
     @property
     def cost_curve(self) -> str:
         """"ready": c(1..16) of one sequence are all timed; "learning": the chooser prices from the
@@ -290,10 +278,9 @@ class Engine:
             return "none"
         return "ready" if self.curve_ready.is_set() else "learning"
 
-    def stats(self) -> dict:
-        busy = sum(s.busy for s in self._slots)
-        return {"active": busy, "queued": self._queue.qsize() + len(self._waiting), "slots": len(self._slots),
-                "max_queue": self.config.max_queue, "refused": self._refused}
+    def stats(self) -> EngineStats:
+        return EngineStats(active=sum(s.busy for s in self._slots), queued=self._queue.qsize() + len(self._waiting),
+                           slots=len(self._slots), max_queue=self.config.max_queue, refused=self._refused)
 
     def stop(self) -> None:
         """Refuse new requests and end every open one with an EngineStopped error after the step
@@ -470,7 +457,7 @@ class Engine:
             self._save_costs()  # what traffic taught survives a restart
             if self._fill_in is None and self.costs.missing():  # rows unvisited for long: measured again when idle
                 self._fill_in = FillIn(self.ctx, self.costs, seq_id=self.ctx.n_seq - 1)
-        self._count(event)
+        self.totals.count(event)
         slot.emit(event)
         prefix.keep(slot, self.ctx, ok=event.error is None)
         slot.release()

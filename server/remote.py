@@ -14,7 +14,6 @@ What this is not: the wire format (server/upstream.py) or the settings (server/s
 from __future__ import annotations
 
 import asyncio
-import collections
 import json
 import logging
 import threading
@@ -25,6 +24,7 @@ import httpx
 
 from engine import EngineError, GenerationRequest, InvalidRequest, StreamEvent, Usage
 from engine.errors import EngineStopped
+from engine.stats import EngineStats, Totals
 
 from . import upstream
 from .upstream import BackendFailed, BackendUnavailable, ChatPrompt, UnsupportedWithBackend
@@ -45,7 +45,7 @@ class RemoteEngine:
         self.model_name = ""  # what resolve() chose
         self.n_ctx: int | None = None  # the backend's context length, where it says (vLLM does)
         self.info = RemoteInfo(f"the backend at {self.url}")
-        self.totals: collections.Counter = collections.Counter()  # (metric, label) -> count, as Engine.totals
+        self.totals = Totals()  # as Engine.totals
         # llama-cpp-python's server takes a schema only as {"type": "json_object", "schema": ...}; once it has
         # refused OpenAI's json_schema, every schema is sent so (upstream.json_object_dialect)
         self.json_object_schemas = False
@@ -132,8 +132,8 @@ class RemoteEngine:
         self.model_name = model
         self.info = RemoteInfo(f"the backend at {self.url}, model {model}")
 
-    def stats(self) -> dict:
-        return {"active": len(self._active), "queued": 0, "slots": None}  # the backend keeps its own queue
+    def stats(self) -> EngineStats:
+        return EngineStats(active=len(self._active), queued=0, slots=None)  # the backend keeps its own queue
 
     async def probe(self) -> dict:
         """The backend's state for /health (awaited from the server's loop): up, down or failing."""
@@ -239,11 +239,7 @@ class RemoteEngine:
             await resp.aclose()
 
     def _finish(self, req: GenerationRequest, ev: StreamEvent) -> None:
-        t = self.totals
-        t[("requests", "error" if ev.error else ev.finish_reason)] += 1
-        if ev.usage is not None and ev.usage.counted:
-            t[("prompt_tokens", "")] += ev.usage.prompt_tokens
-            t[("completion_tokens", "")] += ev.usage.completion_tokens
+        self.totals.count(ev)
         req.sink(ev)
 
     async def _watch(self) -> None:

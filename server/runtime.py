@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from engine import Engine, EngineConfig, EngineError, EngineStopped, hardware
+from engine.stats import EngineStats
 from engine.store import InstalledModel, ModelStore
 
 from .errors import APIError
@@ -182,10 +183,10 @@ class Runtime:
                 raise APIError(409, f"the model {now.loading!r} is still loading. HINT: wait until /health "
                                     "says ready, then switch.", code="busy")
             old = now.engine
-            st = old.stats() if old is not None else {"active": 0, "queued": 0}
-            if st["active"] or st["queued"] or self._admitting:
-                raise APIError(409, f"the model is still answering {st['active'] + self._admitting} request(s) "
-                                    f"with {st['queued']} waiting. HINT: switch when they have finished "
+            st = old.stats() if old is not None else EngineStats(0, 0, None)
+            if st.busy or self._admitting:
+                raise APIError(409, f"the model is still answering {st.active + self._admitting} request(s) "
+                                    f"with {st.queued} waiting. HINT: switch when they have finished "
                                     "(GET /health shows engine.active and engine.queued).", code="busy")
             # A --draft PATH was chosen for the old model; the new one uses its own paired draft.
             keep_draft = now.settings.draft in ("auto", "none")

@@ -2,8 +2,8 @@
 
 It owns the `llama_model *` and its vocabulary, through llama-cpp-python's low-level
 bindings, as the other modules of `engine/llama/` own the rest (`context.py` the target's
-context, `draft_context.py` a draft's). It does not decode; contexts do. Tokenization is read-only on the vocabulary, so callers on
-other threads may tokenize while the worker decodes.
+context, `draft_context.py` a draft's). It does not decode; contexts do. Tokenization is
+read-only on the vocabulary, so callers on other threads may tokenize while the worker decodes.
 
 References: llama.cpp `include/llama.h` (model and vocab sections).
 """

@@ -15,6 +15,7 @@ asked alongside, so a slow backend delays /health once (the probes' timeout), no
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -33,7 +34,7 @@ async def health(request: Request):
     eng = now.engine
     body = {"status": now.status}
     if eng is not None:
-        body |= {"model": now.model.name, "engine": eng.stats(), "n_ctx": eng.n_ctx}
+        body |= {"model": now.model.name, "engine": dataclasses.asdict(eng.stats()), "n_ctx": eng.n_ctx}
     status = 200 if eng is not None else 503
     if eng is None or not now.remote:
         body["speculation"] = speculation.facts(eng) if eng is not None else speculation.names()

@@ -43,7 +43,7 @@ async def metrics(request: Request) -> str:
     now = request.app.state.runtime.served
     engine = now.engine
     lines = []
-    totals = dict(engine.totals) if engine is not None else {}
+    totals = engine.totals.snapshot() if engine is not None else {}
     for key, (name, kind, help_, label) in METRICS.items():
         lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
         rows = sorted((lab, v) for (k, lab), v in totals.items() if k == key)
@@ -52,13 +52,13 @@ async def metrics(request: Request) -> str:
     if engine is not None:
         st = engine.stats()
         lines += ["# HELP flashdesk_active_requests Requests being generated.",
-                  "# TYPE flashdesk_active_requests gauge", f"flashdesk_active_requests {st['active']}",
+                  "# TYPE flashdesk_active_requests gauge", f"flashdesk_active_requests {st.active}",
                   "# HELP flashdesk_queued_requests Requests waiting for a free slot.",
-                  "# TYPE flashdesk_queued_requests gauge", f"flashdesk_queued_requests {st['queued']}"]
-        if "refused" in st:  # the local engine's queue limit (a backend keeps its own queue)
+                  "# TYPE flashdesk_queued_requests gauge", f"flashdesk_queued_requests {st.queued}"]
+        if st.refused is not None:  # the local engine's queue limit (a backend keeps its own queue)
             lines += [
                 "# HELP flashdesk_busy_refusals_total Requests refused with a 429 (every slot busy, the queue full).",
-                "# TYPE flashdesk_busy_refusals_total counter", f"flashdesk_busy_refusals_total {st['refused']}"]
+                "# TYPE flashdesk_busy_refusals_total counter", f"flashdesk_busy_refusals_total {st.refused}"]
     if engine is not None and now.remote:
         spec = await engine.spec_figures() or {}  # only what the backend published: no zeros for the rest
         for key, (name, kind, help_) in BACKEND_SPEC.items():

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from conftest import TEST_CTX, ThreadServer, linked_home
+from engine.stats import EngineStats
 from server.app import create_app
 from server.errors import APIError
 from server.runtime import Runtime
@@ -45,8 +46,8 @@ class FakeEngine:
     def __init__(self):
         self.closed = False
 
-    def stats(self) -> dict:
-        return {"active": 0, "queued": 0}
+    def stats(self) -> EngineStats:
+        return EngineStats(active=0, queued=0, slots=1)
 
     def close(self) -> None:
         self.closed = True
@@ -175,5 +176,6 @@ def test_switching_while_chats_stream_and_parses_run(tmp_path, store):
     assert codes.count(200) >= 4, seen
     bad = [(c, e) for c, e in seen if c >= 500 and not (c == 503 and "model_loading" in e)]
     assert not bad, bad
-    assert all(c in (200, 404, 503) for c in codes), [s for s in seen if s[0] not in (200, 404, 503)]  # 404: a model not served at that moment
+    # 404: a model not served at that moment
+    assert all(c in (200, 404, 503) for c in codes), [s for s in seen if s[0] not in (200, 404, 503)]
     assert not wrong, wrong

@@ -1,0 +1,53 @@
+"""What an engine reports about itself across requests: its load now (`EngineStats`) and its
+running totals (`Totals`). The local engine and a backend (server/remote.py) report the same
+types, so /health and /metrics read either without asking which engine they hold."""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass
+
+from .request import StreamEvent
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    active: int  # requests being answered
+    queued: int  # requests waiting for a free slot
+    slots: int | None  # sequences decoded together; None: a backend keeps its own
+    max_queue: int | None = None  # waiting requests allowed before a 429; None: the backend's business
+    refused: int | None = None  # 429s so far; None: the backend counts its own
+
+    @property
+    def busy(self) -> int:
+        """Requests in the engine, answered or waiting (a model switch waits for none)."""
+        return self.active + self.queued
+
+
+class Totals:
+    """Running totals for /metrics: (metric, label) -> count. Written by the thread that finishes
+    requests, read from the server's loop: both under a lock."""
+
+    def __init__(self):
+        self._counts: collections.Counter = collections.Counter()
+        self._lock = threading.Lock()
+
+    def count(self, event: StreamEvent) -> None:
+        """A request's final event: its outcome, its tokens (where known) and its speculation."""
+        u = event.usage
+        with self._lock:
+            c = self._counts
+            c[("requests", "error" if event.error else event.finish_reason)] += 1
+            if u is None or not u.counted:  # a backend that sent no counts: unknown, not zero
+                return
+            c[("prompt_tokens", "")] += u.prompt_tokens
+            c[("completion_tokens", "")] += u.completion_tokens
+            if u.speculation:
+                mode = u.speculation["mode"]
+                for key in ("verifies", "drafted", "accepted"):
+                    c[(f"spec_{key}", mode)] += u.speculation[key]
+
+    def snapshot(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self._counts)
