@@ -111,8 +111,9 @@ class ChatCompletionRequest(_Sampling):
         return self.max_completion_tokens or self.max_tokens
 
     def chat_messages(self) -> list[dict]:
-        return [{"role": m.role if m.role != "developer" else "system", "content": m.text()}
-                for m in self.messages]
+        """The messages as the engine renders them. A "developer" message stays one: the chat template
+        decides (engine/llama/chat_template.py), and a backend's own template does."""
+        return [{"role": m.role, "content": m.text()} for m in self.messages]
 
     def to_engine(self, prompt: str, grammar: str | None = None) -> GenerationRequest:
         return ChatGeneration(prompt, self.limit(), self.sampling(), self.stop, self.spec(), grammar=grammar,

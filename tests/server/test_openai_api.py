@@ -48,6 +48,17 @@ def test_usage_counts_and_length_limit(client):
     assert r.usage.total_tokens == r.usage.prompt_tokens + 5
 
 
+def test_a_developer_message_is_the_system_prompt_for_a_template_without_that_role(client):
+    # SmolLM2's template has no "developer" branch: the engine's one rule renders it as the system
+    # prompt (engine/llama/chat_template.py), so the answer is the system prompt's, token for token.
+    ask = [{"role": "user", "content": "Hi"}]
+    kw = dict(model="smollm2", temperature=0, max_tokens=8)
+    dev = client.chat.completions.create(messages=[{"role": "developer", "content": "Be brief."}, *ask], **kw)
+    sys = client.chat.completions.create(messages=[{"role": "system", "content": "Be brief."}, *ask], **kw)
+    assert dev.usage.prompt_tokens == sys.usage.prompt_tokens
+    assert dev.choices[0].message.content == sys.choices[0].message.content
+
+
 def test_stop_strings_also_across_token_boundaries(client):
     base = client.completions.create(model="smollm2", prompt="1, 2, 3, 4, 5, 6,", max_tokens=24,
                                      temperature=0).choices[0].text
