@@ -81,16 +81,21 @@ export async function stream(path, body, { signal, onEvent }) {
   if (!res.ok) throw await failure(res);
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
+  let carry = ""; // a chunk's trailing "\r": sse-starlette ends lines with "\r\n", and a chunk may end between the two
   for (;;) {
     const { value, done } = await reader.read();
     if (done) break;
-    buffer += value.replace(/\r\n?/g, "\n");
+    let text = carry + value;
+    carry = text.endsWith("\r") ? "\r" : "";
+    if (carry) text = text.slice(0, -1);
+    buffer += text.replace(/\r\n?/g, "\n");
     let cut;
     while ((cut = buffer.indexOf("\n\n")) >= 0) {
       dispatch(buffer.slice(0, cut), onEvent);
       buffer = buffer.slice(cut + 2);
     }
   }
+  buffer += carry ? "\n" : "";
   if (buffer.trim()) dispatch(buffer, onEvent);
 }
 

@@ -1,6 +1,7 @@
 // The shell: language, navigation between the three pages, and the server's status.
 // Each page is a module with `mount(root, ctx) -> {unmount?, route?}`; ctx gives it the
-// route argument (e.g. a conversation id), navigate(), and the latest /health answer.
+// route argument (e.g. a conversation id), navigate(), the latest /health answer, and
+// refreshHealth() to ask for it again soon. Pages import nothing from the shell.
 
 import { setApiKey } from "./api.js";
 import { h } from "./dom.js";
@@ -43,7 +44,7 @@ async function route({ force = false } = {}) {
   const module = await PAGES[name]();
   document.title = `${t(`app.${name}`)} · flashdesk`;
   const ctx = {
-    arg, navigate,
+    arg, navigate, refreshHealth,
     health: () => health,
     onHealth(fn) {
       healthListeners.add(fn);
@@ -70,7 +71,7 @@ async function pollHealth() {
 }
 
 /** Ask for /health again soon (after a model switch, say), rather than at the next tick. */
-export function refreshHealth() {
+function refreshHealth() {
   setTimeout(async () => {
     try {
       health = await (await fetch("health", { cache: "no-store" })).json();

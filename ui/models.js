@@ -13,7 +13,6 @@
 // models_import.js (the import form, the path dialog) and models_hardware.js ("Your computer").
 
 import { get, post, del } from "./api.js";
-import { refreshHealth } from "./app.js";
 import { clear, confirmDialog, formatBytes, h } from "./dom.js";
 import { t } from "./i18n.js";
 import { ctaCard, installedView } from "./models_cards.js";
@@ -250,7 +249,7 @@ class ModelsPage {
 
   switchTick() {
     if (!this.switching) return;
-    refreshHealth();
+    this.ctx.refreshHealth();
     this.later(SWITCH_POLL_MS, () => this.switchTick());
   }
 

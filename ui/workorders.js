@@ -18,16 +18,13 @@ import { get, post, ApiError } from "./api.js";
 import { clear, copyText, download, formatBytes, h } from "./dom.js";
 import { errorText, formatTime, t } from "./i18n.js";
 import { acceptFiles } from "./workorder_drop.js";
-import { isoDate, messageFileKind, parseEml, readMessageFile } from "./workorder_files.js";
+import { isoDate, messageFileKind, readMessageFile } from "./workorder_files.js";
 import { buildForm, inferSchema, tr } from "./workorder_form.js";
 import { historyCard } from "./workorder_history.js";
 import { paintOriginal, showActive } from "./workorder_marks.js";
 import { fromAudit, fromParse, statusBadge, templateName } from "./workorder_records.js";
 import { showReview } from "./workorder_summary.js";
 import { unavailableNote } from "./workorder_unavailable.js";
-
-// This module exported parseEml before it moved; kept so that any importer still finds it.
-export { parseEml };
 
 const MAX_FILE = 1024 * 1024;
 const TEMPLATE_KEY = "flashdesk.woTemplate";
@@ -40,361 +37,361 @@ function today() {
   return isoDate(new Date());
 }
 
+/** A template's schema, asked once per page load; a template the server no longer has: one read off its output. */
+async function schemaFor(name, output) {
+  if (schemaCache.has(name)) return schemaCache.get(name);
+  try {
+    const detail = await get(`v1/workorders/templates/${encodeURIComponent(name)}`);
+    schemaCache.set(name, detail.schema);
+    return detail.schema;
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 404) return inferSchema(output || {});
+    throw e;
+  }
+}
+
 // -- the page -------------------------------------------------------------------------
 
 export function mount(root, ctx) {
-  let templates = [];
-  let current = null; // {record, form, schema, flagged: Set, flagCount} (the last two from showReview)
-  let controller = null;
-  let timer = null;
-  let repaintTimer = null;
-  let statusTimer = null;
+  const page = new WorkOrdersPage(root, ctx);
+  return { route: (arg) => page.route(arg), unmount: () => page.unmount() };
+}
 
-  // -- the input card
-  const templateSelect = h("select", { id: "wo-template", onchange: () => showTemplateHint() });
-  const templateHint = h("span", { class: "hint", id: "wo-template-hint" });
-  templateSelect.setAttribute("aria-describedby", templateHint.id);
-  const dateInput = h("input", { type: "date", id: "wo-sent", value: saved.sentDate || today(), "aria-describedby": "wo-sent-hint" });
-  const textArea = h("textarea", {
-    id: "wo-text", rows: 9, spellcheck: "false", placeholder: t("workorders.text_placeholder"),
-    "aria-describedby": "wo-drop-hint",
-  }, saved.text);
-  const fileInput = h("input", {
-    type: "file", accept: ".txt,.eml,text/plain,message/rfc822", hidden: true, id: "wo-file",
-    "aria-label": t("workorders.choose_file"),
-    onchange: () => {
-      if (fileInput.files[0]) readFile(fileInput.files[0]);
-      fileInput.value = "";
-    },
-  });
-  const mailInfo = h("div", { class: "wo-mail", hidden: true });
-  const parseButton = h("button", { type: "submit", class: "primary wo-parse" }, t("workorders.parse"));
-  const stopButton = h("button", { type: "button", hidden: true, onclick: () => controller?.abort() }, t("workorders.stop"));
-  const elapsed = h("span", { class: "hint wo-elapsed", "aria-hidden": "true" });
-  const status = h("p", { class: "wo-status", role: "status", "aria-live": "polite" });
-  const errorBox = h("div", { class: "error-box", role: "alert", hidden: true });
-  const drop = h("div", { class: "wo-drop" },
-    h("label", { for: "wo-text" }, h("span", { class: "wo-label" }, t("workorders.text_label"))),
-    textArea,
-    h("div", { class: "row wo-file-row" },
-      h("button", { type: "button", onclick: () => fileInput.click() }, t("workorders.choose_file")),
-      fileInput,
-      h("button", { type: "button", class: "ghost wo-example", onclick: fillExample }, t("workorders.try_example")),
-      h("span", { class: "hint", id: "wo-drop-hint" }, t("workorders.drop_hint"))),
-    mailInfo);
-  const inputForm = h("form", {
-    class: "card stack wo-input", "aria-labelledby": "wo-input-title",
-    onsubmit: (e) => {
-      e.preventDefault();
-      parse();
-    },
-  },
-  h("h2", { id: "wo-input-title" }, t("workorders.input_title")),
-  h("div", { class: "wo-input-top" },
-    h("label", { for: "wo-template", class: "grow" }, h("span", { class: "wo-label" }, t("workorders.template_label")), templateSelect, templateHint),
-    h("label", { for: "wo-sent", class: "wo-sent" }, h("span", { class: "wo-label" }, t("workorders.sent_label")), dateInput,
-      h("span", { class: "hint", id: "wo-sent-hint" }, t("workorders.sent_hint")))),
-  drop,
-  errorBox,
-  h("div", { class: "row" }, parseButton, stopButton, elapsed, status));
+class WorkOrdersPage {
+  constructor(root, ctx) {
+    this.ctx = ctx;
+    this.templates = [];
+    this.current = null; // {record, form, schema, flagged: Set, flagCount} (the last two from showReview)
+    this.controller = null;
+    this.timer = null;
+    this.repaintTimer = null;
+    this.statusTimer = null;
+    this.build(root);
 
-  // -- the result
-  const resultTitle = h("h2", { id: "wo-result-title", tabindex: "-1" }, t("workorders.result_title"));
-  const resultMeta = h("p", { class: "wo-meta" });
-  const summary = h("div", { class: "wo-summary" });
-  const limits = h("div", { class: "wo-limits" }); // what a backend could not do (workorder_unavailable.js)
-  const originalText = h("pre", { class: "wo-text wo-data", tabindex: "0", "aria-labelledby": "wo-original-title" });
-  const formBox = h("div", { class: "wo-form-box" });
-  const copyStatus = h("span", { class: "wo-copy-status", role: "status", "aria-live": "polite" });
-  const resultError = h("div", { class: "error-box", hidden: true });
-  const result = h("section", { class: "wo-result stack", "aria-labelledby": "wo-result-title", hidden: true },
-    h("div", { class: "row wo-result-head" }, resultTitle, resultMeta),
-    summary, limits, resultError,
-    h("div", { class: "wo-columns" },
-      h("section", { class: "card wo-original", "aria-labelledby": "wo-original-title" },
-        h("h3", { id: "wo-original-title" }, t("workorders.original_title")),
-        h("p", { class: "hint" }, h("mark", { class: "wo-mark wo-legend" }, t("workorders.legend_mark")), " ", t("workorders.legend_hint")),
-        originalText),
-      h("section", { class: "card wo-fields stack", "aria-labelledby": "wo-fields-title" },
-        h("h3", { id: "wo-fields-title" }, t("workorders.fields_title")),
-        formBox,
-        h("div", { class: "row wo-actions" },
-          h("button", { type: "button", onclick: copyJson }, t("workorders.copy_json")),
-          h("button", { type: "button", onclick: downloadJson }, h("span", { "aria-hidden": "true" }, "⤓"), t("workorders.download_json")),
-          copyStatus))));
-
-  // -- history (workorder_history.js): Open shows the record, through the route when it is another
-  const history = historyCard({
-    templateTitle: (name) => templates.find((x) => x.name === name)?.title,
-    currentId: () => current?.record.id,
-    open: (id) => {
-      if (current?.record.id === id) loadRecord(id);
-      else ctx.navigate(`#/workorders/${encodeURIComponent(id)}`);
-    },
-  });
-
-  const page = h("div", { class: "page wo-page stack" },
-    h("div", {}, h("h1", {}, t("workorders.title")), h("p", { class: "hint wo-intro" }, t("workorders.intro"))),
-    inputForm, result, history.el);
-  root.replaceChildren(page);
-
-  // -- drag and drop (workorder_drop.js): the input card takes files; elsewhere they are refused
-  const stopDrops = acceptFiles(drop, (files) => readFile(files[0], files.length));
-
-  // -- helpers
-
-  function say(text) {
-    status.textContent = text;
+    this.ready = this.loadTemplates().then(() => { // the parse this page showed last, unless the route names another
+      if (saved.record && (!ctx.arg || saved.record.id === ctx.arg)) return this.show(saved.record, saved.values);
+      if (ctx.arg) return this.loadRecord(ctx.arg);
+    });
+    if (saved.mail) this.showMail(saved.mail);
+    this.history.load();
   }
 
-  function showError(box, message) {
+  route(arg) {
+    if (!arg || arg === this.current?.record.id) return;
+    this.ready.then(() => this.loadRecord(arg));
+  }
+
+  unmount() {
+    this.controller?.abort();
+    clearInterval(this.timer);
+    clearTimeout(this.repaintTimer);
+    clearTimeout(this.statusTimer);
+    this.stopDrops();
+    saved.text = this.textArea.value;
+    saved.template = this.templateSelect.value || saved.template;
+    saved.sentDate = this.dateInput.value;
+    if (this.current?.form) saved.values = this.current.form.read();
+  }
+
+  // -- layout -------------------------------------------------------------------------
+
+  build(root) {
+    // -- the input card
+    this.templateSelect = h("select", { id: "wo-template", onchange: () => this.showTemplateHint() });
+    this.templateHint = h("span", { class: "hint", id: "wo-template-hint" });
+    this.templateSelect.setAttribute("aria-describedby", this.templateHint.id);
+    this.dateInput = h("input", { type: "date", id: "wo-sent", value: saved.sentDate || today(), "aria-describedby": "wo-sent-hint" });
+    this.textArea = h("textarea", {
+      id: "wo-text", rows: 9, spellcheck: "false", placeholder: t("workorders.text_placeholder"),
+      "aria-describedby": "wo-drop-hint",
+    }, saved.text);
+    const fileInput = h("input", {
+      type: "file", accept: ".txt,.eml,text/plain,message/rfc822", hidden: true, id: "wo-file",
+      "aria-label": t("workorders.choose_file"),
+      onchange: () => {
+        if (fileInput.files[0]) this.readFile(fileInput.files[0]);
+        fileInput.value = "";
+      },
+    });
+    this.mailInfo = h("div", { class: "wo-mail", hidden: true });
+    this.parseButton = h("button", { type: "submit", class: "primary wo-parse" }, t("workorders.parse"));
+    this.stopButton = h("button", { type: "button", hidden: true, onclick: () => this.controller?.abort() }, t("workorders.stop"));
+    this.elapsed = h("span", { class: "hint wo-elapsed", "aria-hidden": "true" });
+    this.status = h("p", { class: "wo-status", role: "status", "aria-live": "polite" });
+    this.errorBox = h("div", { class: "error-box", role: "alert", hidden: true });
+    const drop = h("div", { class: "wo-drop" },
+      h("label", { for: "wo-text" }, h("span", { class: "wo-label" }, t("workorders.text_label"))),
+      this.textArea,
+      h("div", { class: "row wo-file-row" },
+        h("button", { type: "button", onclick: () => fileInput.click() }, t("workorders.choose_file")),
+        fileInput,
+        h("button", { type: "button", class: "ghost wo-example", onclick: () => this.fillExample() }, t("workorders.try_example")),
+        h("span", { class: "hint", id: "wo-drop-hint" }, t("workorders.drop_hint"))),
+      this.mailInfo);
+    this.inputForm = h("form", {
+      class: "card stack wo-input", "aria-labelledby": "wo-input-title",
+      onsubmit: (e) => {
+        e.preventDefault();
+        this.parse();
+      },
+    },
+    h("h2", { id: "wo-input-title" }, t("workorders.input_title")),
+    h("div", { class: "wo-input-top" },
+      h("label", { for: "wo-template", class: "grow" }, h("span", { class: "wo-label" }, t("workorders.template_label")),
+        this.templateSelect, this.templateHint),
+      h("label", { for: "wo-sent", class: "wo-sent" }, h("span", { class: "wo-label" }, t("workorders.sent_label")), this.dateInput,
+        h("span", { class: "hint", id: "wo-sent-hint" }, t("workorders.sent_hint")))),
+    drop,
+    this.errorBox,
+    h("div", { class: "row" }, this.parseButton, this.stopButton, this.elapsed, this.status));
+
+    // -- the result
+    this.resultTitle = h("h2", { id: "wo-result-title", tabindex: "-1" }, t("workorders.result_title"));
+    this.resultMeta = h("p", { class: "wo-meta" });
+    this.summary = h("div", { class: "wo-summary" });
+    this.limits = h("div", { class: "wo-limits" }); // what a backend could not do (workorder_unavailable.js)
+    this.originalText = h("pre", { class: "wo-text wo-data", tabindex: "0", "aria-labelledby": "wo-original-title" });
+    this.formBox = h("div", { class: "wo-form-box" });
+    this.copyStatus = h("span", { class: "wo-copy-status", role: "status", "aria-live": "polite" });
+    this.resultError = h("div", { class: "error-box", hidden: true });
+    this.result = h("section", { class: "wo-result stack", "aria-labelledby": "wo-result-title", hidden: true },
+      h("div", { class: "row wo-result-head" }, this.resultTitle, this.resultMeta),
+      this.summary, this.limits, this.resultError,
+      h("div", { class: "wo-columns" },
+        h("section", { class: "card wo-original", "aria-labelledby": "wo-original-title" },
+          h("h3", { id: "wo-original-title" }, t("workorders.original_title")),
+          h("p", { class: "hint" }, h("mark", { class: "wo-mark wo-legend" }, t("workorders.legend_mark")), " ", t("workorders.legend_hint")),
+          this.originalText),
+        h("section", { class: "card wo-fields stack", "aria-labelledby": "wo-fields-title" },
+          h("h3", { id: "wo-fields-title" }, t("workorders.fields_title")),
+          this.formBox,
+          h("div", { class: "row wo-actions" },
+            h("button", { type: "button", onclick: () => this.copyJson() }, t("workorders.copy_json")),
+            h("button", { type: "button", onclick: () => this.downloadJson() }, h("span", { "aria-hidden": "true" }, "⤓"), t("workorders.download_json")),
+            this.copyStatus))));
+
+    // -- history (workorder_history.js): Open shows the record, through the route when it is another
+    this.history = historyCard({
+      templateTitle: (name) => this.templates.find((x) => x.name === name)?.title,
+      currentId: () => this.current?.record.id,
+      open: (id) => {
+        if (this.current?.record.id === id) this.loadRecord(id);
+        else this.ctx.navigate(`#/workorders/${encodeURIComponent(id)}`);
+      },
+    });
+
+    root.replaceChildren(h("div", { class: "page wo-page stack" },
+      h("div", {}, h("h1", {}, t("workorders.title")), h("p", { class: "hint wo-intro" }, t("workorders.intro"))),
+      this.inputForm, this.result, this.history.el));
+
+    // -- drag and drop (workorder_drop.js): the input card takes files; elsewhere they are refused
+    this.stopDrops = acceptFiles(drop, (files) => this.readFile(files[0], files.length));
+
+    this.formBox.addEventListener("input", () => {
+      clearTimeout(this.repaintTimer);
+      this.repaintTimer = setTimeout(() => this.paint(), 200);
+    });
+    this.formBox.addEventListener("focusin", (e) => {
+      showActive(this.originalText, this.current?.form?.leaves().find((l) => l.control === e.target));
+    });
+  }
+
+  // -- helpers --------------------------------------------------------------------------
+
+  say(text) {
+    this.status.textContent = text;
+  }
+
+  showError(box, message) {
     box.replaceChildren(h("strong", {}, t("workorders.error_prefix")), " ", message);
     box.hidden = false;
   }
 
-  function showTemplateHint() {
-    const tpl = templates.find((x) => x.name === templateSelect.value);
-    templateHint.textContent = tpl ? tr(`workorders.template_hints.${tpl.name}`, tpl.description || "") : "";
+  showTemplateHint() {
+    const tpl = this.templates.find((x) => x.name === this.templateSelect.value);
+    this.templateHint.textContent = tpl ? tr(`workorders.template_hints.${tpl.name}`, tpl.description || "") : "";
     if (tpl) localStorage.setItem(TEMPLATE_KEY, tpl.name);
   }
 
-  async function loadTemplates() {
+  async loadTemplates() {
     try {
       const res = await get("v1/workorders/templates");
-      templates = res.data || [];
+      this.templates = res.data || [];
       const want = saved.template || localStorage.getItem(TEMPLATE_KEY) || "work_order";
-      templateSelect.replaceChildren(...templates.map((x) =>
+      this.templateSelect.replaceChildren(...this.templates.map((x) =>
         h("option", { value: x.name, selected: x.name === want }, templateName(x.name, x.title))));
-      if (!templates.some((x) => x.name === want) && templates.some((x) => x.name === "work_order")) templateSelect.value = "work_order";
-      showTemplateHint();
+      const has = (name) => this.templates.some((x) => x.name === name);
+      if (!has(want) && has("work_order")) this.templateSelect.value = "work_order";
+      this.showTemplateHint();
     } catch (e) {
-      showError(errorBox, t("workorders.templates_failed", { message: errorText(e) }));
+      this.showError(this.errorBox, t("workorders.templates_failed", { message: errorText(e) }));
     }
   }
 
-  async function schemaFor(name, output) {
-    if (schemaCache.has(name)) return schemaCache.get(name);
-    try {
-      const detail = await get(`v1/workorders/templates/${encodeURIComponent(name)}`);
-      schemaCache.set(name, detail.schema);
-      return detail.schema;
-    } catch (e) {
-      if (e instanceof ApiError && e.status === 404) return inferSchema(output || {});
-      throw e;
-    }
-  }
-
-  function fillExample() {
-    const name = templateSelect.value;
-    textArea.value = tr(`workorders.examples.${name}`, t("workorders.examples.work_order"));
-    dateInput.value = today();
-    mailInfo.hidden = true;
+  fillExample() {
+    const name = this.templateSelect.value;
+    this.textArea.value = tr(`workorders.examples.${name}`, t("workorders.examples.work_order"));
+    this.dateInput.value = today();
+    this.mailInfo.hidden = true;
     saved.mail = null;
-    errorBox.hidden = true;
-    say(t("workorders.example_filled"));
-    textArea.focus();
+    this.errorBox.hidden = true;
+    this.say(t("workorders.example_filled"));
+    this.textArea.focus();
   }
 
-  function showMail(mail) {
+  showMail(mail) {
     saved.mail = mail;
-    if (!mail) {
-      mailInfo.hidden = true;
-      return;
-    }
+    this.mailInfo.hidden = !mail;
+    if (!mail) return;
     const line = (key, value) => value && h("div", {}, h("span", { class: "wo-mail-key" }, t(key)), " ", h("span", { class: "wo-data" }, value));
-    clear(mailInfo,
+    clear(this.mailInfo,
       line("workorders.mail_file", mail.name), line("workorders.mail_from", mail.from), line("workorders.mail_subject", mail.subject),
       line("workorders.mail_date", mail.date));
-    mailInfo.hidden = false;
   }
 
-  async function readFile(file, count = 1) {
-    errorBox.hidden = true;
+  async readFile(file, count = 1) {
+    this.errorBox.hidden = true;
     const kind = messageFileKind(file);
-    if (!kind) {
-      showError(errorBox, t("workorders.file_type", { name: file.name }));
-      return;
-    }
-    if (file.size > MAX_FILE) {
-      showError(errorBox, t("workorders.file_too_big", { name: file.name, size: formatBytes(file.size) }));
-      return;
-    }
+    if (!kind) return this.showError(this.errorBox, t("workorders.file_type", { name: file.name }));
+    const tooBig = file.size > MAX_FILE && t("workorders.file_too_big", { name: file.name, size: formatBytes(file.size) });
+    if (tooBig) return this.showError(this.errorBox, tooBig);
     try {
       const { text, mail } = await readMessageFile(file, kind);
-      textArea.value = text;
-      if (mail?.date) dateInput.value = mail.date;
-      showMail(mail && { name: file.name, from: mail.from, subject: mail.subject, date: mail.date });
+      this.textArea.value = text;
+      if (mail?.date) this.dateInput.value = mail.date;
+      this.showMail(mail && { name: file.name, from: mail.from, subject: mail.subject, date: mail.date });
     } catch (e) {
-      showError(errorBox, t("workorders.file_unreadable", { name: file.name, message: errorText(e) }));
+      this.showError(this.errorBox, t("workorders.file_unreadable", { name: file.name, message: errorText(e) }));
       return;
     }
-    if (!textArea.value.trim()) showError(errorBox, t("workorders.file_empty", { name: file.name }));
-    say(count > 1 ? t("workorders.file_loaded_first", { name: file.name }) : t("workorders.file_loaded", { name: file.name }));
+    if (!this.textArea.value.trim()) this.showError(this.errorBox, t("workorders.file_empty", { name: file.name }));
+    this.say(count > 1 ? t("workorders.file_loaded_first", { name: file.name }) : t("workorders.file_loaded", { name: file.name }));
   }
 
-  function busy(on) {
-    parseButton.disabled = on;
-    parseButton.setAttribute("aria-busy", on ? "true" : "false");
-    parseButton.replaceChildren(...(on ? [h("span", { class: "wo-spinner", "aria-hidden": "true" }), t("workorders.parsing")] : [t("workorders.parse")]));
-    stopButton.hidden = !on;
-    inputForm.setAttribute("aria-busy", on ? "true" : "false");
-    clearInterval(timer);
-    elapsed.textContent = "";
+  busy(on) {
+    this.parseButton.disabled = on;
+    this.parseButton.setAttribute("aria-busy", on ? "true" : "false");
+    this.parseButton.replaceChildren(...(on ? [h("span", { class: "wo-spinner", "aria-hidden": "true" }), t("workorders.parsing")] : [t("workorders.parse")]));
+    this.stopButton.hidden = !on;
+    this.inputForm.setAttribute("aria-busy", on ? "true" : "false");
+    clearInterval(this.timer);
+    this.elapsed.textContent = "";
     if (on) {
       const start = Date.now();
-      timer = setInterval(() => {
+      this.timer = setInterval(() => {
         const s = Math.round((Date.now() - start) / 1000);
-        elapsed.textContent = s >= 3 ? t("workorders.elapsed", { s }) : "";
+        this.elapsed.textContent = s >= 3 ? t("workorders.elapsed", { s }) : "";
       }, 1000);
     }
   }
 
-  async function parse() {
-    errorBox.hidden = true;
-    const text = textArea.value;
+  async parse() {
+    this.errorBox.hidden = true;
+    const text = this.textArea.value;
     if (!text.trim()) {
-      showError(errorBox, t("workorders.need_text"));
-      textArea.focus();
+      this.showError(this.errorBox, t("workorders.need_text"));
+      this.textArea.focus();
       return;
     }
-    if (!templateSelect.value) {
-      showError(errorBox, t("workorders.need_template"));
+    if (!this.templateSelect.value) {
+      this.showError(this.errorBox, t("workorders.need_template"));
       return;
     }
-    busy(true);
-    say(t("workorders.parsing_status"));
-    controller = new AbortController();
-    const body = { text, template: templateSelect.value };
-    if (dateInput.value) body.sent_date = dateInput.value;
+    this.busy(true);
+    this.say(t("workorders.parsing_status"));
+    this.controller = new AbortController();
+    const body = { text, template: this.templateSelect.value };
+    if (this.dateInput.value) body.sent_date = this.dateInput.value;
     try {
-      const res = await post("v1/workorders/parse", body, { signal: controller.signal });
+      const res = await post("v1/workorders/parse", body, { signal: this.controller.signal });
       const rec = fromParse(res, text);
-      await show(rec);
-      say(rec.status === "ok" && !current.flagCount ? t("workorders.done_ok") : t("workorders.done_check"));
-      resultTitle.focus();
-      ctx.navigate(`#/workorders/${encodeURIComponent(rec.id)}`);
+      await this.show(rec);
+      this.say(rec.status === "ok" && !this.current.flagCount ? t("workorders.done_ok") : t("workorders.done_check"));
+      this.resultTitle.focus();
+      this.ctx.navigate(`#/workorders/${encodeURIComponent(rec.id)}`);
     } catch (e) {
-      if (e.name === "AbortError") say(t("workorders.stopped"));
+      if (e.name === "AbortError") this.say(t("workorders.stopped"));
       else {
-        say("");
-        showError(errorBox, errorText(e));
+        this.say("");
+        this.showError(this.errorBox, errorText(e));
       }
     } finally {
-      controller = null;
-      busy(false);
-      history.load();
+      this.controller = null;
+      this.busy(false);
+      this.history.load();
     }
   }
 
-  // -- showing a result
+  // -- showing a result -----------------------------------------------------------------
 
-  async function show(rec, values = null) {
+  async show(rec, values = null) {
     const schema = rec.output ? await schemaFor(rec.template, rec.output) : null;
-    current = { record: rec, schema, form: null };
+    this.current = { record: rec, schema, form: null };
     saved.record = rec;
     saved.values = values;
-    result.hidden = false;
-    resultMeta.replaceChildren(
-      h("span", {}, templateName(rec.template, templates.find((x) => x.name === rec.template)?.title)),
+    this.result.hidden = false;
+    this.resultMeta.replaceChildren(
+      h("span", {}, templateName(rec.template, this.templates.find((x) => x.name === rec.template)?.title)),
       h("span", { "aria-hidden": "true" }, " · "),
       h("span", {}, rec.time ? formatTime(rec.time) : ""),
       " ", statusBadge(rec.status));
-    resultError.hidden = true;
-    if (rec.error && !rec.output) showError(resultError, t("workorders.record_failed", { message: rec.error }));
+    this.resultError.hidden = true;
+    if (rec.error && !rec.output) this.showError(this.resultError, t("workorders.record_failed", { message: rec.error }));
 
-    formBox.replaceChildren();
+    this.formBox.replaceChildren();
     if (rec.output && schema) {
-      current.form = buildForm(schema, values || rec.output);
-      formBox.append(current.form.el);
+      this.current.form = buildForm(schema, values || rec.output);
+      this.formBox.append(this.current.form.el);
     } else {
-      formBox.append(h("p", { class: "muted" }, t("workorders.no_fields")));
+      this.formBox.append(h("p", { class: "muted" }, t("workorders.no_fields")));
     }
-    Object.assign(current, showReview(summary, rec, current.form, schema));
-    clear(limits, unavailableNote(rec.unavailable));
-    paint();
-    history.mark();
+    Object.assign(this.current, showReview(this.summary, rec, this.current.form, schema));
+    clear(this.limits, unavailableNote(rec.unavailable));
+    this.paint();
+    this.history.mark();
   }
 
-  function paint() {
-    if (!current?.record) return;
-    paintOriginal(originalText, current.record.text || "", current.form ? current.form.leaves() : [], current.flagged, current.schema);
+  paint() {
+    const cur = this.current;
+    if (!cur?.record) return;
+    paintOriginal(this.originalText, cur.record.text || "", cur.form ? cur.form.leaves() : [], cur.flagged, cur.schema);
   }
 
-  formBox.addEventListener("input", () => {
-    clearTimeout(repaintTimer);
-    repaintTimer = setTimeout(paint, 200);
-  });
-  formBox.addEventListener("focusin", (e) => {
-    showActive(originalText, current?.form?.leaves().find((l) => l.control === e.target));
-  });
-
-  function currentJson() {
-    return JSON.stringify(current.form ? current.form.read() : current.record.output, null, 2);
+  currentJson() {
+    return JSON.stringify(this.current.form ? this.current.form.read() : this.current.record.output, null, 2);
   }
 
-  function flash(text) {
-    copyStatus.textContent = text;
-    clearTimeout(statusTimer);
-    statusTimer = setTimeout(() => { copyStatus.textContent = ""; }, 2500);
+  flash(text) {
+    this.copyStatus.textContent = text;
+    clearTimeout(this.statusTimer);
+    this.statusTimer = setTimeout(() => { this.copyStatus.textContent = ""; }, 2500);
   }
 
-  async function copyJson() {
-    if (!current) return;
-    flash((await copyText(currentJson())) ? t("workorders.copied") : t("workorders.copy_failed"));
+  async copyJson() {
+    if (!this.current) return;
+    this.flash((await copyText(this.currentJson())) ? t("workorders.copied") : t("workorders.copy_failed"));
   }
 
-  function downloadJson() {
-    if (!current) return;
-    const rec = current.record;
-    download(`workorder-${rec.id || today()}.json`, `${currentJson()}\n`);
-    flash(t("workorders.downloaded"));
+  downloadJson() {
+    if (!this.current) return;
+    const rec = this.current.record;
+    download(`workorder-${rec.id || today()}.json`, `${this.currentJson()}\n`);
+    this.flash(t("workorders.downloaded"));
   }
 
-  async function loadRecord(id) {
+  async loadRecord(id) {
     try {
-      const rec = history.record(id) || fromAudit(await get(`v1/workorders/${encodeURIComponent(id)}`));
-      textArea.value = rec.text || "";
-      if (templates.some((x) => x.name === rec.template)) templateSelect.value = rec.template;
-      showTemplateHint();
-      if (rec.sentDate) dateInput.value = rec.sentDate;
-      showMail(null);
-      await show(rec);
-      result.scrollIntoView({ block: "start" });
-      resultTitle.focus({ preventScroll: true });
+      const rec = this.history.record(id) || fromAudit(await get(`v1/workorders/${encodeURIComponent(id)}`));
+      this.textArea.value = rec.text || "";
+      if (this.templates.some((x) => x.name === rec.template)) this.templateSelect.value = rec.template;
+      this.showTemplateHint();
+      if (rec.sentDate) this.dateInput.value = rec.sentDate;
+      this.showMail(null);
+      await this.show(rec);
+      this.result.scrollIntoView({ block: "start" });
+      this.resultTitle.focus({ preventScroll: true });
     } catch (e) {
-      showError(errorBox, t("workorders.open_failed", { message: errorText(e) }));
+      this.showError(this.errorBox, t("workorders.open_failed", { message: errorText(e) }));
     }
   }
-
-  // -- start
-
-  const ready = loadTemplates().then(async () => {
-    if (ctx.arg && saved.record?.id === ctx.arg) {
-      await show(saved.record, saved.values);
-    } else if (ctx.arg) {
-      await loadRecord(ctx.arg);
-    } else if (saved.record) {
-      await show(saved.record, saved.values);
-    }
-  });
-  if (saved.mail) showMail(saved.mail);
-  history.load();
-
-  return {
-    route(arg) {
-      if (!arg || arg === current?.record.id) return;
-      ready.then(() => loadRecord(arg));
-    },
-    unmount() {
-      controller?.abort();
-      clearInterval(timer);
-      clearTimeout(repaintTimer);
-      clearTimeout(statusTimer);
-      stopDrops();
-      saved.text = textArea.value;
-      saved.template = templateSelect.value || saved.template;
-      saved.sentDate = dateInput.value;
-      if (current?.form) saved.values = current.form.read();
-    },
-  };
 }
