@@ -14,12 +14,12 @@ _select_llama_build()  # before any module below imports llama_cpp: which build 
 
 from .errors import (ContextLengthExceeded, DownloadError, EngineError, EngineStopped, GenerationFailed,
                      InvalidModelFile, InvalidRequest, ModelLoadError, ModelNotFound)
-from .request import Completion, GenerationRequest, RequestHandle, StreamEvent, Usage
+from .request import ChatPrompt, Completion, GenerationRequest, RequestHandle, StreamEvent, Usage
 from .sampling import SamplingParams
 from .worker import Engine, EngineConfig
 
 __all__ = [
-    "Completion", "ContextLengthExceeded", "DownloadError", "Engine", "EngineConfig", "EngineError",
+    "ChatPrompt", "Completion", "ContextLengthExceeded", "DownloadError", "Engine", "EngineConfig", "EngineError",
     "EngineStopped", "GenerationFailed", "GenerationRequest", "InvalidModelFile", "InvalidRequest",
     "ModelLoadError", "ModelNotFound", "RequestHandle", "SamplingParams", "StreamEvent", "Usage",
 ]

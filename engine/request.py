@@ -60,14 +60,26 @@ class StreamEvent:
         return self.finish_reason is not None or self.error is not None
 
 
+@dataclass(frozen=True)
+class ChatPrompt:
+    """The messages of a chat request, kept as messages: what a backend server is sent (server/remote.py),
+    which renders its own chat template (it knows the model's; we may not have the model file at all).
+    The local engine renders the template itself, into a str."""
+
+    messages: tuple[dict, ...]
+
+
 @dataclass
 class GenerationRequest:
-    prompt: str | list[int]  # text (control tokens are parsed) or token ids
+    prompt: str | list[int] | ChatPrompt  # text (control tokens are parsed), token ids, or a backend's chat
     max_tokens: int | None = None  # None = until the context is full
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: list[str] = field(default_factory=list)
     speculative: SpecParams = field(default_factory=SpecParams)
     grammar: str | None = None  # GBNF (root rule "root") the output must follow, e.g. from json_schema.py
+    # The JSON format the grammar was made from, as the client sent it: a backend is given it and enforces it
+    # with its own guided decoding; the local engine follows `grammar`. Either way the answer is validated.
+    response_format: dict | None = None
     logprobs: bool = False  # report log p of every output token (StreamEvent.logprobs)
     # With a grammar: the last close_within of max_tokens close the structure (Grammar.close),
     # so the answer is complete when it ends; greedy only (sampling requests ignore it)

@@ -35,7 +35,8 @@ from .llama.model import Model, ModelInfo
 from .request import Completion, GenerationRequest, RequestHandle, StreamEvent
 from .sampling import SamplingParams
 from .slot import Slot
-from .stats import EngineStats, Totals
+from .api import LOCAL
+from .stats import EngineStats, Totals, speculation_facts
 from .speculative.costs import CostModel, FillIn
 from .speculative.drafters.base import Drafter
 from .speculative.drafters.dflash import DFlashDrafter
@@ -73,6 +74,10 @@ class EngineConfig:
 
 
 class Engine:
+    """The local engine (engine/api.py EngineAPI): a llama.cpp model, its slots and its worker thread."""
+
+    capabilities = LOCAL
+
     def __init__(self, model: Model, config: EngineConfig = EngineConfig(), stop: threading.Event | None = None):
         """`stop`: once set, the start-up checks below give up (EngineStopped) instead of finishing."""
         self.model = model
@@ -277,6 +282,9 @@ class Engine:
         if not self.spec_enabled:
             return "none"
         return "ready" if self.curve_ready.is_set() else "learning"
+
+    def speculation(self) -> dict:
+        return speculation_facts(self)
 
     def stats(self) -> EngineStats:
         return EngineStats(active=sum(s.busy for s in self._slots), queued=self._queue.qsize() + len(self._waiting),

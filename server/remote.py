@@ -22,12 +22,14 @@ from dataclasses import dataclass
 
 import httpx
 
-from engine import EngineError, GenerationRequest, InvalidRequest, StreamEvent, Usage
+from engine import ChatPrompt, EngineError, GenerationRequest, InvalidRequest, StreamEvent, Usage
 from engine.errors import EngineStopped
+from engine.speculative.params import AUTO
+from engine.api import Capabilities
 from engine.stats import EngineStats, Totals
 
 from . import upstream
-from .upstream import BackendFailed, BackendUnavailable, ChatPrompt, UnsupportedWithBackend
+from .upstream import BackendFailed, BackendUnavailable, UnsupportedWithBackend
 
 log = logging.getLogger("flashdesk.server")
 
@@ -40,6 +42,11 @@ class RemoteInfo:
 
 
 class RemoteEngine:
+    """A backend server as an engine (engine/api.py EngineAPI), through its OpenAI-compatible API."""
+
+    # the backend's own tokens, no grammar here to close early; log-probabilities only where it sends them
+    capabilities = Capabilities(close_within=False, logprobs=False, backend=True)
+
     def __init__(self, url: str, key: str | None = None):
         self.url = upstream.base_url(url)
         self.model_name = ""  # what resolve() chose
@@ -134,6 +141,12 @@ class RemoteEngine:
 
     def stats(self) -> EngineStats:
         return EngineStats(active=len(self._active), queued=0, slots=None)  # the backend keeps its own queue
+
+    def speculation(self) -> dict:
+        """A backend speculates by its own configuration, unseen from here (its counters: spec_figures)."""
+        return {"drafters": [], "default": AUTO, "exact": None, "enabled": None, "max_rows": None, "draft": None,
+                "exact_why": "speculation runs on the backend server, configured there", "draft_error": None,
+                "cost_curve": "none", "measured": None, "backend": True}
 
     async def probe(self) -> dict:
         """The backend's state for /health (awaited from the server's loop): up, down or failing."""

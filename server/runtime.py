@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from engine import Engine, EngineConfig, EngineError, EngineStopped, hardware
+from engine.api import EngineAPI
 from engine.stats import EngineStats
 from engine.store import InstalledModel, ModelStore
 
@@ -82,7 +83,7 @@ class Served:
 
     settings: Settings  # of the model served, or of the last load tried
     status: str = "loading"  # loading | ready | error
-    engine: Engine | RemoteEngine | None = None  # set exactly while status is "ready"
+    engine: EngineAPI | None = None  # set exactly while status is "ready": an Engine or a RemoteEngine
     model: InstalledModel | None = None  # the model served (kept during a switch until the new one is ready)
     error: str | None = None
     loading: str | None = None  # the name being loaded, while status is "loading"

@@ -17,7 +17,6 @@ from engine import GenerationRequest, SamplingParams
 from engine.speculative.params import MAX_BLOCK, SpecParams
 
 from .speculation import Mode, Selector
-from .upstream import ChatGeneration
 
 MAX_STOP = 16
 
@@ -116,7 +115,7 @@ class ChatCompletionRequest(_Sampling):
         return [{"role": m.role, "content": m.text()} for m in self.messages]
 
     def to_engine(self, prompt: str, grammar: str | None = None) -> GenerationRequest:
-        return ChatGeneration(prompt, self.limit(), self.sampling(), self.stop, self.spec(), grammar=grammar,
+        return GenerationRequest(prompt, self.limit(), self.sampling(), self.stop, self.spec(), grammar=grammar,
                               response_format=self.response_format if grammar else None)
 
 

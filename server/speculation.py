@@ -18,10 +18,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from engine import Engine
-from engine.speculative.params import AUTO, DFLASH, MAX_BLOCK, MODES, SELECTORS
-
-from .remote import RemoteEngine
+from engine.api import EngineAPI
+from engine.speculative.params import MAX_BLOCK, MODES, SELECTORS
 
 # Literal[tuple] is Literal[*tuple]: pydantic then refuses anything else, listing the names.
 Mode = Literal[MODES]
@@ -33,26 +31,15 @@ def names() -> dict:
     return {"modes": list(MODES), "selectors": list(SELECTORS), "max_block": MAX_BLOCK}
 
 
-def facts(engine: Engine) -> dict:
+def facts(engine: EngineAPI) -> dict:
     """`names()` plus what this loaded engine does with them."""
-    if isinstance(engine, RemoteEngine):  # a backend speculates by its own configuration, unseen from here
-        return names() | {
-            "drafters": [], "default": AUTO, "exact": None, "enabled": None, "max_rows": None, "draft": None,
-            "exact_why": "speculation runs on the backend server, configured there", "draft_error": None,
-            "cost_curve": "none", "measured": None, "backend": True,
-        }
-    return names() | {
-        "drafters": sorted(engine.drafters), "default": engine.config.spec_mode,
-        "exact": engine.spec_exact, "exact_why": engine.spec_exact_why, "enabled": engine.spec_enabled,
-        "max_rows": engine.max_rows, "draft": _draft(engine),
-        "draft_error": engine.draft_error, "cost_curve": engine.cost_curve, "measured": engine.gain.as_dict(),
-    }
+    return names() | engine.speculation()
 
 
-async def published(engine: Engine) -> dict:
+async def published(engine: EngineAPI) -> dict:
     """`facts()`, and for a backend `backend_counters` asked now: what /health and /v1/system publish."""
     body = facts(engine)
-    if isinstance(engine, RemoteEngine):
+    if engine.capabilities.backend:
         body["backend_counters"] = backend_counters(await engine.spec_figures())
     return body
 
@@ -81,9 +68,3 @@ def _rate(v: float | None, digits: int) -> float | None:
 def _count(v: float | None) -> int | float | None:
     return int(v) if v is not None and v.is_integer() else v  # Prometheus writes every count as a float
 
-
-def _draft(engine: Engine) -> dict | None:
-    """The paired DFlash draft's kind ("dflash2" | "dflash1"), block size and candidates per slot (0 for v1)."""
-    d = engine.drafters.get(DFLASH)
-    info = d.info if d is not None else None
-    return None if info is None else {"kind": info.kind, "block_size": info.block_size, "top_k": info.top_k}

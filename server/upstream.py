@@ -11,10 +11,9 @@ fields `top_k` and `min_p`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from engine import EngineError, GenerationRequest, InvalidRequest
+from engine import ChatPrompt, EngineError, GenerationRequest, InvalidRequest
 from engine.sampling import SamplingParams
 
 CONNECT_TIMEOUT_S = 5.0  # a backend on the LAN answers a connect at once; longer means it is down
@@ -69,23 +68,6 @@ def base_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{path if path.endswith('/v1') else path + '/v1'}"
 
 
-@dataclass(frozen=True)
-class ChatPrompt:
-    """The messages of a chat request, kept as messages: the backend renders its own chat template
-    (it knows the model's; we may not have the model file at all)."""
-
-    messages: tuple[dict, ...]
-
-
-@dataclass
-class ChatGeneration(GenerationRequest):
-    """A chat request with the `response_format` its grammar was made from (server/schemas.py): the local
-    engine follows the grammar; a backend is given the response_format and enforces it with its own
-    guided decoding. Either way the route validates the answer against the schema (fail-closed)."""
-
-    response_format: dict | None = None
-
-
 def refuse_unsupported(req: GenerationRequest) -> None:
     """400 for what a backend request cannot carry. Each is refused, never silently dropped."""
     spec = req.speculative
@@ -93,7 +75,7 @@ def refuse_unsupported(req: GenerationRequest) -> None:
         raise UnsupportedWithBackend("speculation is configured on the backend server (e.g. vLLM's "
                                      "--speculative-config), not per request. HINT: leave out `speculative`",
                                      param="speculative")
-    if req.grammar and getattr(req, "response_format", None) is None:  # a grammar of our own making (work orders)
+    if req.grammar and req.response_format is None:  # a grammar of our own making (work orders)
         raise UnsupportedWithBackend("a grammar made here cannot be passed to a backend; only response_format "
                                      "can", param="response_format")
     if req.close_within:
@@ -126,7 +108,7 @@ def request_body(req: GenerationRequest, model: str) -> tuple[str, dict]:
     if req.stop:
         body["stop"] = list(req.stop)
     if isinstance(req.prompt, ChatPrompt):
-        if getattr(req, "response_format", None) is not None:
+        if req.response_format is not None:
             body["response_format"] = req.response_format  # as the client sent it: the backend enforces it
         if req.logprobs:  # each token's log p, no alternatives (chunk_parts reads them)
             body |= {"logprobs": True, "top_logprobs": 0}

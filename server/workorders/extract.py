@@ -19,12 +19,11 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from engine import Completion, ContextLengthExceeded, Engine, GenerationRequest, InvalidRequest, SamplingParams
+from engine import (ChatPrompt, Completion, ContextLengthExceeded, Engine, GenerationRequest, InvalidRequest,
+                    SamplingParams)
 from engine.speculative.params import SpecParams
 
 from ..openai_format import structured
-from ..remote import RemoteEngine
-from ..upstream import ChatGeneration, ChatPrompt
 from . import dates, prompt
 from .review import Review, review, without_repeats
 from .spans import field_confidence
@@ -68,7 +67,7 @@ def request_for(engine: Engine, template: Template, text: str, sent: dt.date, la
     rendered = engine.render_chat(prompt.messages(template, text, sent, language))
     if isinstance(rendered, ChatPrompt):  # a backend: it sizes the answer to its own context
         fmt = {"type": "json_schema", "json_schema": {"name": template.name, "schema": template.schema}}
-        return ChatGeneration(rendered, max_tokens, SamplingParams(temperature=0), [], spec, logprobs=True,
+        return GenerationRequest(rendered, max_tokens, SamplingParams(temperature=0), [], spec, logprobs=True,
                               response_format=fmt)
     ids = engine.tokenize_prompt(rendered)
     room = engine.n_ctx - len(ids)
@@ -192,10 +191,10 @@ def assess(engine: Engine, template: Template, done: Completion, text: str, sent
     errors = structured(template.constraint, done.text, done.finish_reason)["errors"]
     result = json.loads(done.text) if not errors else None
     confidence, repeats, unavailable = {}, 0, {}
-    if isinstance(engine, RemoteEngine):  # the backend's own tokens; no grammar here to close early
+    if not engine.capabilities.close_within:
         unavailable["close_within_max_tokens"] = NO_CLOSING
-        if done.logprobs is None:
-            unavailable["field_confidence"] = NO_CONFIDENCE
+    if not engine.capabilities.logprobs and done.logprobs is None:
+        unavailable["field_confidence"] = NO_CONFIDENCE
     if result is not None and done.logprobs:
         pieces = done.pieces if done.pieces is not None else [engine.model.piece(t) for t in done.tokens]
         confidence = field_confidence(done.text, pieces, done.logprobs)

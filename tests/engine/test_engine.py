@@ -82,7 +82,7 @@ def test_prompt_beyond_context_is_refused_before_queueing(engine):
     assert str(TEST_CTX) in e.value.message
     with pytest.raises(ContextLengthExceeded):
         engine.complete("short prompt", max_tokens=TEST_CTX)
-    assert engine.stats()["queued"] == 0
+    assert engine.stats().queued == 0
 
 
 def test_bad_requests_are_refused(engine):
@@ -138,9 +138,9 @@ def test_cancel_stops_within_a_step_and_keeps_only_committed_kv(engine):
     assert time.perf_counter() - t0 < 2.0
     assert last.usage.completion_tokens < 100
     deadline = time.time() + 2
-    while engine.stats()["active"] and time.time() < deadline:
+    while engine.stats().active and time.time() < deadline:
         time.sleep(0.01)
-    assert engine.stats()["active"] == 0
+    assert engine.stats().active == 0
     # a sequence's KV holds exactly the prefix its slot keeps for the next request, nothing more
     assert _seq_cells(engine) == [len(s.cached) - 1 for s in engine._slots]
     assert any(len(s.cached) > 5 for s in engine._slots)

@@ -44,17 +44,17 @@ def test_waiting_requests_run_in_arrival_order_and_the_queue_limit_refuses_at_on
         sink = h.request.sink
         h.request.sink = lambda ev, name=name, sink=sink: (ev.final and order.append(name), sink(ev))
         waiting.append(h)
-    assert eng.stats()["queued"] == 2
+    assert eng.stats().queued == 2
     t0 = time.perf_counter()
     with pytest.raises(ServerBusy) as e:
         eng.generate(COUNTING, max_tokens=3, sampling=GREEDY)
     assert time.perf_counter() - t0 < 5  # refused at once, not after a wait (generous: a loaded CPU)
     assert 1 <= e.value.retry_after <= 60 and "--max-queue" in e.value.message
-    assert eng.stats()["refused"] == 1
+    assert eng.stats().refused == 1
     running.cancel()
     done = [Completion.collect(iter(h)) for h in waiting]
     assert order == ["b", "c"] and all(c.finish_reason == "length" for c in done)
-    wait_until(lambda: eng.stats()["active"] == 0)
+    wait_until(lambda: eng.stats().active == 0)
     assert eng.complete(COUNTING, max_tokens=2, sampling=GREEDY).finish_reason == "length"  # room again
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -159,10 +160,12 @@ def test_examples_must_match_the_schema_and_become_turns(tmp_path):
 
 def _assess(message: str, answer: dict, reason: str = "stop"):
     from engine import Completion, Usage
+    from engine.api import LOCAL
     from server.workorders.extract import assess
 
     t = TemplateStore(None).get("work_order")
-    return assess(None, t, Completion(json.dumps(answer), [], reason, Usage()), message, SENT)
+    engine = SimpleNamespace(capabilities=LOCAL)  # the answer has no tokens to read pieces of: no model needed
+    return assess(engine, t, Completion(json.dumps(answer), [], reason, Usage()), message, SENT)
 
 
 def test_the_date_field_comes_from_the_message_words():

@@ -1,0 +1,47 @@
+"""What the server asks of an engine, written once: the local engine (engine.Engine) and a backend
+server's adapter (server/remote.py RemoteEngine) both implement `EngineAPI`, so the routes never ask
+which one they hold. What the two can do differently is said in `Capabilities`, not by their type.
+
+What this is not: HTTP. The backend's adapter lives in server/, and the engine knows nothing of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from .request import ChatPrompt, GenerationRequest
+from .stats import EngineStats, Totals
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    close_within: bool  # can end a JSON answer within max_tokens by closing it (needs the grammar here)
+    logprobs: bool  # token log-probabilities on every answer that asks for them (a backend: where it sends them)
+    backend: bool  # a backend server answers: it speculates by its own configuration, and says so itself
+
+
+LOCAL = Capabilities(close_within=True, logprobs=True, backend=False)
+
+
+class EngineAPI(Protocol):
+    capabilities: Capabilities
+    totals: Totals  # running totals for /metrics
+    n_ctx: int | None  # context per request; None: a backend that does not say
+
+    def render_chat(self, messages: list[dict]) -> str | ChatPrompt:
+        """The chat as the engine's prompt: rendered text here, the messages themselves for a backend."""
+
+    def tokenize_prompt(self, prompt: str | list[int]) -> list[int]: ...
+
+    def submit(self, req: GenerationRequest) -> GenerationRequest:
+        """Validate and queue `req`; its events go to `req.sink`. Raises EngineError for a bad request."""
+
+    def stats(self) -> EngineStats: ...
+
+    def speculation(self) -> dict:
+        """What it does with speculation (engine/stats.py speculation_facts), as /health publishes it."""
+
+    def stop(self) -> None: ...
+
+    def close(self) -> None: ...
