@@ -70,7 +70,8 @@ def main() -> None:
     drop_callers_settings()  # the children read none of the caller's own settings
 
     from engine.llama.build import package_folder
-    from engine.store import ModelStore, no_progress
+    from engine.models.pull import pull
+    from engine.models.store import ModelStore, no_progress
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--a", type=Path, default=package_folder() / "lib", help="build A's library folder")
@@ -79,7 +80,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=64)
     a = ap.parse_args()
-    model = ModelStore(test_home()).pull("smollm2", progress=no_progress).path
+    model = pull(ModelStore(test_home()), "smollm2", progress=no_progress).path
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     for i in range(a.rounds):
         for side, folder in (("A", a.a.resolve()), ("B", a.b.resolve())):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 if TYPE_CHECKING:
-    from engine.store import ModelStore
+    from engine.models.store import ModelStore
 
 ROOT = Path(__file__).resolve().parent.parent
 EVAL_DATA = ROOT / "tests" / "data"  # the project's dev prompts and work orders (tests/data/README.md)

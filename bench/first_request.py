@@ -30,7 +30,8 @@ from bench.common import ServerProcess, drop_callers_settings, linked_home, test
 
 drop_callers_settings()  # the servers it starts read none of the caller's own settings
 
-from engine.store import ModelStore, no_progress  # noqa: E402
+from engine.models.store import ModelStore, no_progress  # noqa: E402
+from engine.models.pull import pull  # noqa: E402
 
 CHAT = [{"role": "user", "content": "Write two sentences about printing 500 A5 flyers for a bakery."}]
 
@@ -69,7 +70,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "first_request.json"))
     a = ap.parse_args()
     store = ModelStore(test_home())
-    store.pull("smollm2", progress=no_progress)
+    pull(store, "smollm2", progress=no_progress)
     first_chat(store, True, a.max_tokens)  # makes sure the store keeps a measured curve for B
     sides = {"fresh": [], "kept": []}
     for _ in range(a.rounds):

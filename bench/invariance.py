@@ -27,7 +27,8 @@ drop_callers_settings()  # before the engine loads: it reads FLASHDESK_LLAMA_BUI
 
 from engine import Completion, Engine, EngineConfig, SamplingParams  # noqa: E402
 from engine.speculative.params import SELECTORS, SpecParams  # noqa: E402
-from engine.store import ModelStore, no_progress  # noqa: E402
+from engine.models.pull import pull  # noqa: E402
+from engine.models.store import ModelStore, no_progress  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
 
@@ -53,7 +54,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "invariance.json"))
     a = ap.parse_args()
-    model = ModelStore(test_home()).pull("smollm2", progress=no_progress)
+    model = pull(ModelStore(test_home()), "smollm2", progress=no_progress)
     draft = a.draft
     if draft is None:
         from gguf_tools.dflash import write_random_draft

@@ -105,8 +105,9 @@ def main() -> int:
     model_path = a.model
     if model_path is None:
         from bench.common import test_home
-        from engine.store import ModelStore, no_progress
-        model_path = ModelStore(test_home()).pull("smollm2", progress=no_progress).path
+        from engine.models.pull import pull
+        from engine.models.store import ModelStore, no_progress
+        model_path = pull(ModelStore(test_home()), "smollm2", progress=no_progress).path
     prompts = load_prompts(Path(a.prompts), a.n)
     result: dict = {"system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
                     "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()), "model": Path(model_path).name}

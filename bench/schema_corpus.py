@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from engine.errors import InvalidRequest
-from engine.json_schema import compile_response_format
+from engine.grammar.schema import compile_response_format
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "schemas"
 

@@ -37,7 +37,8 @@ drop_callers_settings()  # before the engine loads, and the server it starts rea
 
 from engine import Completion, Engine, EngineConfig, SamplingParams  # noqa: E402
 from engine.speculative.params import SpecParams  # noqa: E402
-from engine.store import ModelStore, no_progress  # noqa: E402
+from engine.models.store import ModelStore, no_progress  # noqa: E402
+from engine.models.pull import pull  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
 
@@ -133,7 +134,7 @@ def main() -> int:
     a = ap.parse_args()
 
     store = ModelStore(test_home())
-    model = store.pull("smollm2", progress=no_progress)
+    model = pull(store, "smollm2", progress=no_progress)
     result = {"model": model.name, "model_sha256": model.sha256, "threads": a.threads, "max_tokens": a.max_tokens,
               "rounds": a.rounds, "machine": platform.platform(),
               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,

@@ -42,7 +42,8 @@ from bench.common import ServerProcess, drop_callers_settings, linked_home, test
 drop_callers_settings()  # the server it starts reads none of the caller's own settings
 
 from bench.soak_clients import EXPECT, Client  # noqa: E402
-from engine.store import ModelStore, no_progress  # noqa: E402
+from engine.models.store import ModelStore, no_progress  # noqa: E402
+from engine.models.pull import pull  # noqa: E402
 
 RSS_TARGET_PCT = 5.0
 # Statuses of answers that were wrong, not refused: as bad as a 5xx (soak_clients.py says what each means).
@@ -260,7 +261,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "soak.json"))
     a = ap.parse_args()
     store = ModelStore(test_home())
-    store.pull("smollm2", progress=no_progress)
+    pull(store, "smollm2", progress=no_progress)
     with tempfile.TemporaryDirectory(prefix="flashdesk-soak-") as tmp:
         home = linked_home(Path(tmp) / "home", store)
         try:

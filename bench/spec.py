@@ -38,7 +38,8 @@ drop_callers_settings()  # before the engine loads: it reads FLASHDESK_LLAMA_BUI
 
 from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
 from engine.speculative.params import SpecParams  # noqa: E402
-from engine.store import ModelStore, no_progress  # noqa: E402
+from engine.models.pull import pull  # noqa: E402
+from engine.models.store import ModelStore, no_progress  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
 
@@ -71,7 +72,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=48, help="--rollback: verify steps per side and round")
     a = ap.parse_args()
 
-    model = ModelStore(test_home()).pull("smollm2", progress=no_progress)
+    model = pull(ModelStore(test_home()), "smollm2", progress=no_progress)
     if a.rollback:
         return rollback(a, model.path)
     draft, draft_kind = None, "none"

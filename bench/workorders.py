@@ -33,7 +33,8 @@ drop_callers_settings()  # before the engine loads: it reads FLASHDESK_LLAMA_BUI
 from bench.workorder_score import format_report, score  # noqa: E402
 from engine import Completion, Engine, EngineConfig, RequestHandle  # noqa: E402
 from engine.speculative.params import SpecParams  # noqa: E402
-from engine.store import ModelStore, no_progress  # noqa: E402
+from engine.models.pull import pull  # noqa: E402
+from engine.models.store import ModelStore, no_progress  # noqa: E402
 from server.workorders import extract  # noqa: E402
 from server.workorders.templates import TemplateStore, load_file  # noqa: E402
 
@@ -53,7 +54,7 @@ def main() -> int:
 
     cases = [json.loads(line) for line in Path(a.cases).read_text("utf-8").splitlines() if line.strip()]
     cases = cases[:a.limit] if a.limit else cases
-    model = ModelStore(test_home()).pull("smollm2", progress=no_progress)
+    model = pull(ModelStore(test_home()), "smollm2", progress=no_progress)
     draft = model.draft_path if a.draft == "auto" else None if a.draft == "none" else a.draft
     eng = Engine.load(model.path, EngineConfig(n_ctx=a.ctx, n_parallel=1, n_threads=a.threads, draft=draft))
     assert eng.curve_ready.wait(300), "the verify-cost curve was not measured"  # else every mode decodes plainly

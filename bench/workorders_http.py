@@ -42,7 +42,8 @@ from bench.common import EVAL_DATA, ServerProcess, dev_prompts, drop_callers_set
 
 drop_callers_settings()
 
-from engine.store import ModelStore, no_progress  # noqa: E402
+from engine.models.store import ModelStore, no_progress  # noqa: E402
+from engine.models.pull import pull  # noqa: E402
 
 MODES = ("off", "auto")
 
@@ -131,7 +132,7 @@ def main() -> int:
     args = ap.parse_args()
     counts = [int(n) for n in args.streams.split(",") if n.strip()]
     store = ModelStore(test_home())
-    store.pull("smollm2", progress=no_progress)
+    pull(store, "smollm2", progress=no_progress)
     tmp = tempfile.TemporaryDirectory(prefix="flashdesk-wo-http-")  # a fresh home each run: nothing learned yet
     server = ServerProcess(linked_home(Path(tmp.name) / "home", store), "--parallel", str(max(counts + [4])))
     cases = [json.loads(line) for line in (EVAL_DATA / "workorders-dev.jsonl").read_text("utf-8").splitlines()

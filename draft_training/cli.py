@@ -87,7 +87,7 @@ def run(a) -> int:
         import torch  # noqa: F401
     except ImportError:
         return _fail(f"training needs PyTorch. {HINT_TORCH}")
-    from engine.store import ModelStore
+    from engine.models.store import ModelStore
     from gguf_tools.dflash import capture_refusal
 
     store = ModelStore(a.home)

@@ -8,9 +8,9 @@ Knows nothing of HTTP. Typical use:
     eng.close()
 """
 
-from .llama.build import select as _select_llama_build
+from .llama.build import select_build
 
-_select_llama_build()  # before any module below imports llama_cpp: which build it loads (CPU or CUDA)
+select_build()  # before any module below imports llama_cpp: which build it loads (CPU or CUDA)
 
 from .errors import (ContextLengthExceeded, DownloadError, EngineError, EngineStopped, GenerationFailed,
                      InvalidModelFile, InvalidRequest, ModelLoadError, ModelNotFound)

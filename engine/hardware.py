@@ -18,9 +18,9 @@ import ctypes
 import os
 import sys
 
-from . import tiers
+from .models import tiers
 from .llama import ggml
-from .llama.build import FALLBACK_REASONS, LlamaBuild, select
+from .llama.build import FALLBACK_REASONS, LlamaBuild, select_build
 
 GPU_TYPES = ("gpu", "igpu")
 BACKEND_NAMES = {"cuda": "CUDA", "metal": "Metal", "vulkan": "Vulkan", "rocm": "ROCm", "hip": "ROCm",
@@ -111,7 +111,7 @@ def exactness_promise(gpu_offload: bool) -> str:
 
 
 def machine() -> tiers.Machine:
-    """The memory catalog models compete for on this computer (engine/tiers.py)."""
+    """The memory catalog models compete for on this computer (engine/models/tiers.py)."""
     return tiers.machine(ggml.supports_gpu_offload(), ggml.devices()["devices"], memory_bytes())
 
 
@@ -127,7 +127,7 @@ def backend() -> str:
 def report(threads: int) -> dict:
     """Everything GET /v1/system says about the machine, for `threads` CPU threads."""
     hw = ggml.devices()
-    build = select()
+    build = select_build()
     gpu_offload = ggml.supports_gpu_offload()
     info = ggml.system_info()
     return {

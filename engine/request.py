@@ -76,7 +76,7 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: list[str] = field(default_factory=list)
     speculative: SpecParams = field(default_factory=SpecParams)
-    grammar: str | None = None  # GBNF (root rule "root") the output must follow, e.g. from json_schema.py
+    grammar: str | None = None  # GBNF (root rule "root") the output must follow, e.g. from schema.py
     # The JSON format the grammar was made from, as the client sent it: a backend is given it and enforces it
     # with its own guided decoding; the local engine follows `grammar`. Either way the answer is validated.
     response_format: dict | None = None

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from engine.store import ModelStore
+from engine.models.store import ModelStore
 
 from . import errors
 from .audit import AuditLog, AuditLogError

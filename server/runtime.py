@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 from engine import Engine, EngineConfig, EngineError, EngineStopped, hardware
 from engine.api import EngineAPI
 from engine.stats import EngineStats
-from engine.store import InstalledModel, ModelStore
+from engine.models.store import InstalledModel, ModelStore
 
 from .errors import APIError
 from .remote import RemoteEngine
@@ -64,7 +64,7 @@ def load_engine(settings: Settings, stop: threading.Event | None = None) -> tupl
     entry = ModelStore(settings.home).resolve(settings.model)
     draft = {"auto": entry.draft_path, "none": None}.get(settings.draft, settings.draft)
     cost_cache = str(entry.folder / f"verify-cost-{settings.threads}t.json") if entry.folder else None
-    # A catalog model carries how it is meant to run (engine/catalog.py CatalogEntry.options): the
+    # A catalog model carries how it is meant to run (engine/models/catalog.py CatalogEntry.options): the
     # chat-template variables its draft was trained with, and the most tokens worth drafting here.
     n_draft = entry.options.get("n_draft", {}).get(hardware.backend()) if draft and draft == entry.draft_path else None
     block = min(settings.spec_block, n_draft + 1) if n_draft else settings.spec_block

@@ -3,7 +3,7 @@ conversion to engine dataclasses (`GenerationRequest`) at the boundary.
 
 Unknown parameters are refused (400 "unsupported parameter") rather than ignored:
 silently dropping e.g. `tools` would hand back output that looks valid but never was.
-`response_format` is checked here only for shape; engine/json_schema.py compiles it
+`response_format` is checked here only for shape; engine/grammar/schema.py compiles it
 (and refuses what its grammar could not enforce). Field names and defaults follow OpenAI's API.
 """
 

@@ -17,7 +17,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine import EngineConfig
-from engine.catalog import DEFAULT_MODEL
+from engine.models.catalog import DEFAULT_MODEL
 from engine.speculative.params import MAX_BLOCK
 
 from .speculation import Mode, Selector

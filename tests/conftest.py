@@ -29,9 +29,10 @@ import pytest  # noqa: E402
 import uvicorn  # noqa: E402
 
 from engine import Engine, EngineConfig  # noqa: E402
-from engine.catalog import CATALOG  # noqa: E402
+from engine.models.catalog import CATALOG  # noqa: E402
 from engine.llama.model import Model  # noqa: E402
-from engine.store import ModelStore, no_progress  # noqa: E402
+from engine.models.store import ModelStore, no_progress  # noqa: E402
+from engine.models.pull import pull  # noqa: E402
 
 # The browser tests' fixtures (ui_server, tab) and the grammar tests' byte vocabulary (vocab): plugins,
 # not a second conftest.py, so that `from conftest import ...` in any test module always means this file.
@@ -41,7 +42,7 @@ pytest_plugins = ["tests.ui.browser", "tests.grammar_vocab"]
 @pytest.fixture(scope="session")
 def store() -> ModelStore:
     s = ModelStore(test_home())
-    s.pull("smollm2", progress=no_progress)  # idempotent: downloads only the first time
+    pull(s, "smollm2", progress=no_progress)  # idempotent: downloads only the first time
     return s
 
 

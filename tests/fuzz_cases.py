@@ -269,7 +269,7 @@ def workorder(rng: random.Random, parse: bool) -> Case:
 
 def reads(rng: random.Random) -> Case:
     path = rng.choice(["/health", "/v1/models", "/metrics", "/v1/store/jobs", "/v1/store/jobs/nope", "/",
-                       "/index.html", "/app.js", "/chat.css", "/favicon.svg", "/openapi.json", "/v1/system",
+                       "/index.html", "/app.js", "/chat/page.css", "/favicon.svg", "/openapi.json", "/v1/system",
                        "/v1/store/models"])
     return Case("read", "GET", path, deep=path.startswith("/v1") or path in ("/health", "/metrics"))
 

@@ -10,7 +10,7 @@ import pytest
 from gguf import GGUFWriter
 
 from engine.errors import InvalidRequest
-from engine.json_schema import compile_response_format
+from engine.grammar.schema import compile_response_format
 
 EOS = 2  # token ids: 0 <unk>, 1 <s>, 2 </s>, then 3 + byte
 

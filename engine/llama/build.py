@@ -11,7 +11,7 @@ puts it in plain words in the log and on the models page: never a silent CPU fal
 llama-cpp-python 0.3.36 reads LLAMA_CPP_LIB_PATH once, when llama_cpp.llama_cpp is
 imported, as the folder to load libllama from (on Windows also putting it on the DLL search
 path, so ggml*.dll and cudart resolve from there too), and mtmd_cpp reads MTMD_CPP_LIB.
-`select()` sets both, and engine/__init__.py calls it, so every process that uses the engine
+`select_build()` sets both, and engine/__init__.py calls it, so every process that uses the engine
 (server, tools, probe children, which inherit the variables) loads the same build.
 
 Reason codes (`LlamaBuild.reason`):
@@ -187,7 +187,7 @@ def package_folder() -> Path | None:
 _chosen: LlamaBuild | None = None
 
 
-def select(environ: MutableMapping[str, str] = os.environ) -> LlamaBuild:
+def select_build(environ: MutableMapping[str, str] = os.environ) -> LlamaBuild:
     """Choose once per process and point llama-cpp-python at the choice."""
     global _chosen
     if _chosen is not None:

@@ -16,7 +16,7 @@ import re
 
 import llama_cpp
 
-from .build import select
+from .build import select_build
 
 log = logging.getLogger("flashdesk.engine")
 
@@ -27,7 +27,7 @@ DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
 def _ggml():
     from llama_cpp._ctypes_extensions import load_shared_library
 
-    lib = load_shared_library("ggml", select().folder)  # already loaded with libllama: the same copy
+    lib = load_shared_library("ggml", select_build().folder)  # already loaded with libllama: the same copy
 
     vp, cp, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
     for fn, res, args in [("ggml_backend_dev_count", sz, []), ("ggml_backend_dev_get", vp, [sz]),

@@ -4,7 +4,7 @@ What it is: `Grammar` holds a llama.cpp grammar sampler (its parse state follows
 committed so far) and answers the three questions decoding asks of it: may this token come
 next (`allows`), which token would a grammar-constrained greedy sampler pick from these
 logits (`greedy`), and the logits with every forbidden token at -inf (`mask`, for sampling).
-It is not a grammar compiler (json_schema.py writes the GBNF) and knows nothing of drafts:
+It is not a grammar compiler (schema.py writes the GBNF) and knows nothing of drafts:
 speculation asks the same questions at each verify row (engine/speculative/constrain.py).
 
 Why `greedy` checks the argmax first: the unconstrained argmax is the constrained one whenever
@@ -31,7 +31,7 @@ import weakref
 
 import llama_cpp
 import numpy as np
-from llama_cpp import llama_grammar  # noqa: F401  (llama-cpp-python's JSON Schema -> GBNF converter, for json_schema.py)
+from llama_cpp import llama_grammar  # noqa: F401  (llama-cpp-python's JSON Schema -> GBNF converter, for schema.py)
 
 from .. import native
 from ..errors import InvalidRequest

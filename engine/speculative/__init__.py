@@ -19,7 +19,7 @@ The step, one module per stage, joined by loop.py (Stepper.step):
               and DFlash v1 paths through a llama.cpp draft context; dflash_fit.py checks a
               draft against the target),
               lookup.py (prompt lookup), grammar.py (the text a request's grammar forces,
-              engine/gbnf.py), combined.py (that text, then prompt lookup after it; and both
+              engine/grammar/gbnf.py), combined.py (that text, then prompt lookup after it; and both
               with the DFlash 2 lattice, merged in by span_lattice.py)
   select.py   select: the only code that turns a lattice into a path
   verify.py   verify: [anchor] + path as target batch rows, the target's choice at each

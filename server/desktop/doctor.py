@@ -20,7 +20,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from engine.store import ModelStore
+from engine.models.store import ModelStore
 
 from .launcher import PREFERRED_PORT, _version
 

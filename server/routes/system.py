@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from engine.hardware import report
-from engine.store import ModelStore
+from engine.models.store import ModelStore
 
 from .. import speculation
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import EngineError, InvalidRequest
-from engine.json_schema import Constraint, compile_response_format
+from engine.grammar.schema import Constraint, compile_response_format
 
 BUILTIN = Path(__file__).parent / "builtin"
 NAME_RE = re.compile(r"[a-z0-9_][a-z0-9_-]{0,63}")

@@ -15,8 +15,8 @@ import pytest
 from hub_models import write_target
 from llama_templates import family_templates
 
-from engine.catalog import CATALOG
-from engine.store import ModelStore, no_progress
+from engine.models.catalog import CATALOG
+from engine.models.store import ModelStore, no_progress
 from server.runtime import load_engine
 from server.settings import Settings
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.llama.grammar import Grammar
-from engine.json_schema import compile_response_format
+from engine.grammar.schema import compile_response_format
 
 JSON = compile_response_format({"type": "json_object"}).grammar
 

@@ -22,7 +22,7 @@ def tiny(request, tmp_path_factory, model_path):
 
 
 def test_each_catalog_architecture_has_a_tiny_target():
-    from engine.catalog import CATALOG
+    from engine.models.catalog import CATALOG
 
     wanted = {e.architecture for e in CATALOG.values()} - {"llama"}  # llama: SmolLM2 itself
     assert wanted <= set(ARCHS)

@@ -11,7 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from engine.catalog import CATALOG
+from engine.models.catalog import CATALOG
 from gguf_tools import format_report, inspect_gguf
 from gguf_tools.random_targets import architectures, write_random_target
 from gguf_tools.rollback import HYBRID_ARCHS, RECURRENT_ARCHS, RS_ROLLBACK_ARCHS, rollback_plan

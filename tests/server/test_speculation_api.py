@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from engine.catalog import CATALOG
+from engine.models.catalog import CATALOG
 
 MSG = [{"role": "user", "content": "Repeat exactly: order 4411, 200 blue shirts, size M, due Friday."}]
 

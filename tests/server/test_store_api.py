@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from conftest import linked_home, serving, wait_ready
-from engine.catalog import CATALOG
+from engine.models.catalog import CATALOG
 from tiny_gguf import write_valid
 
 ENTRY = CATALOG["smollm2"]

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from conftest import ThreadServer
-from engine.store import ModelStore, no_progress
+from engine.models.store import ModelStore, no_progress
 from server.app import create_app
 from server.settings import Settings
 from tiny_gguf import write_arch_only, write_valid

@@ -112,7 +112,7 @@ def test_download_shows_progress_and_pairs_the_draft(hub_tab, hub_server):
 def test_cancel_stops_a_download_and_installs_nothing(hub_tab, hub_server):
     page = hub_tab.open("#/models")
     big = catalog_card(page, "tiny-big")
-    # 12.6 MB at 2 MB/s: progress (and so the cancel) comes every piece of engine/hub.py's CHUNK (1 MiB).
+    # 12.6 MB at 2 MB/s: progress (and so the cancel) comes every piece of engine/models/hub.py's CHUNK (1 MiB).
     hub_server.hub.throttle(2_000_000)
     big.get_by_role("button", name="Download", exact=True).click()
     job = big.locator('.job[data-job="pull:tiny-big"]')

@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import expect
 
 from conftest import linked_home, serving
-from engine.store import ModelStore, no_progress
+from engine.models.store import ModelStore, no_progress
 from gguf_tools.random_targets import architectures, write_random_target
 from tests.ui.browser import Page
 from tiny_gguf import write_arch_only

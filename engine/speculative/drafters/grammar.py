@@ -2,7 +2,7 @@
 
 Work-order JSON is mostly known before the model speaks: keys, quotes, colons and braces the
 schema fixes. At each step this drafter follows the request's output through its grammar
-(engine/gbnf.py) and walks ahead while the grammar allows one character only; where it allows an
+(engine/grammar/gbnf.py) and walks ahead while the grammar allows one character only; where it allows an
 optional blank or the next character (`space ::= " "?`), it takes what this output did last time
 after the same character (json.dumps's habit, a blank after "," and ":", until it has seen one).
 The span is tokenized as the target's tokenizer would, and its trailing blanks are left out: the
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import codecs
 
-from ... import gbnf
+from ...grammar import gbnf
 from ..params import GRAMMAR
 from .base import Drafter, Proposal, SeqView
 
@@ -32,7 +32,7 @@ MAX_CHARS = 256
 class _Follow:
     """One sequence's place in its grammar: the parse state after the output so far."""
 
-    def __init__(self, grammar: gbnf.Grammar, text: str):
+    def __init__(self, grammar: gbnf.Recognizer, text: str):
         self.g, self.text = grammar, text
         self.state = grammar.start()
         self.seen: list[int] = []  # the output tokens followed

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import dev_prompts
 from engine import Completion, Engine, EngineConfig, SamplingParams
-from engine.json_schema import compile_response_format
+from engine.grammar.schema import compile_response_format
 from engine.speculative.drafters.base import Drafter, Proposal
 from engine.speculative.params import SpecParams
 from gguf_tools.dflash import write_random_draft

@@ -16,7 +16,7 @@ import pytest
 from engine import Completion
 from engine.speculative.drafters.combined import GrammarLookupDrafter, SpanDFlashDrafter
 from engine.speculative.params import SpecParams
-from engine.json_schema import compile_response_format
+from engine.grammar.schema import compile_response_format
 from test_constrained_invariance import (COLOURS, CONSTRAINTS, GREEDY, MAX_TOKENS, assert_invariant,  # noqa: F401
                                          cases, colour_draws, plain, run_all)
 from test_spec_sampling import chi_square, critical

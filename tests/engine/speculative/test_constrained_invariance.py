@@ -20,7 +20,7 @@ from conftest import dev_prompts
 from reference import greedy_reference
 from engine.speculative.drafters.base import Drafter
 from engine import Completion, SamplingParams
-from engine.json_schema import compile_response_format
+from engine.grammar.schema import compile_response_format
 from engine.speculative.drafters.base import Proposal
 from engine.speculative.params import SpecParams
 from test_spec_sampling import FixedPathDrafter, chi_square, critical

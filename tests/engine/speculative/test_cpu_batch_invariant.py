@@ -24,7 +24,7 @@ import pytest
 from conftest import ROOT, dev_prompts
 from bench import gpu_check
 from engine import Completion, Engine, EngineConfig, SamplingParams
-from engine.json_schema import compile_response_format
+from engine.grammar.schema import compile_response_format
 from engine.llama import ggml
 from engine.speculative.params import SpecParams
 

@@ -23,7 +23,7 @@ from engine.speculative.drafters.dflash import DFlashDrafter, DraftRefused
 from engine.speculative.params import SpecParams
 from engine.speculative.select import select
 from engine.speculative.state import DrafterRecord
-from engine.store import ModelStore, no_progress
+from engine.models.store import ModelStore, no_progress
 from gguf_tools.dflash import DraftConfig, random_tensors, write_dflash_draft, write_random_draft
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,10 @@ import pytest
 from llama_cpp.llama_grammar import PRIMITIVE_RULES, STRING_FORMAT_RULES, json_schema_to_gbnf
 
 from conftest import EVAL_DATA
-from engine.json_schema import PARAM, compile_response_format
-from engine import regex_lang
-from engine.json_schema_rules import MAX_INT, integer_gbnf
-from engine.json_schema_string import FORMAT_REGEX
+from engine.grammar.schema import PARAM, compile_response_format
+from engine.grammar import regex
+from engine.grammar.rules import MAX_INT, integer_gbnf
+from engine.grammar.string import FORMAT_REGEX
 from grammar_vocab import accepts, js, language, refused
 
 ORDER = {
@@ -459,13 +459,13 @@ def test_each_format_regex_is_the_converters_own_rule(vocab, fmt, rule):
     it; strings drawn from the converter's rule text (every first choice, every last, 3000 at
     random) pass llama.cpp through both grammars (the converter's rule, and our automaton's)."""
     tree, rng = _parse(_RULES[rule])[0], random.Random(fmt)
-    theirs = regex_lang.search_dfa("^" + _regex(tree) + "$")
-    ours = regex_lang.search_dfa('^"' + FORMAT_REGEX[fmt][1:-1] + '" ?$')  # the JSON string and its space
-    assert regex_lang.contains(theirs, ours) and regex_lang.contains(ours, theirs)
+    theirs = regex.search_dfa("^" + _regex(tree) + "$")
+    ours = regex.search_dfa('^"' + FORMAT_REGEX[fmt][1:-1] + '" ?$')  # the JSON string and its space
+    assert regex.contains(theirs, ours) and regex.contains(ours, theirs)
     texts = {_generate(tree, lambda xs: xs[0]), _generate(tree, lambda xs: xs[-1])}
     texts |= {_generate(tree, rng.choice) for _ in range(3000)}
     format_only = compile_response_format(js({"type": "string", "format": fmt})).grammar
-    dfa = "\n".join(regex_lang.to_gbnf(regex_lang.search_dfa(FORMAT_REGEX[fmt]), "f"))
+    dfa = "\n".join(regex.to_gbnf(regex.search_dfa(FORMAT_REGEX[fmt]), "f"))
     ours_gbnf = f'root ::= "\\"" f "\\"" space\nspace ::= " "?\n{dfa}\n'
     for text in sorted(texts)[::150]:
         assert accepts(vocab, format_only, text) and accepts(vocab, ours_gbnf, text), text
@@ -474,9 +474,9 @@ def test_each_format_regex_is_the_converters_own_rule(vocab, fmt, rule):
 def test_dates_are_calendar_dates(vocab):
     """Inside the converter's date rule, and exactly what jsonschema's date check (Python's date)
     accepts, over every month and day spelling of years around each leap-year rule."""
-    theirs = regex_lang.search_dfa("^" + _regex(_parse(_RULES["date"])[0]) + "$")
-    ours = regex_lang.search_dfa(FORMAT_REGEX["date"])
-    assert regex_lang.contains(theirs, ours) and not regex_lang.contains(ours, theirs)
+    theirs = regex.search_dfa("^" + _regex(_parse(_RULES["date"])[0]) + "$")
+    ours = regex.search_dfa(FORMAT_REGEX["date"])
+    assert regex.contains(theirs, ours) and not regex.contains(ours, theirs)
     checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
     years = [*range(0, 12), *range(1896, 1905), *range(1999, 2002), *range(2096, 2105), *range(2399, 2402), 9999]
     for y in years:

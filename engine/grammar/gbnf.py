@@ -3,9 +3,9 @@
 What it is: llama.cpp's grammar algorithm on code points (`src/llama-grammar.cpp`): the text is
 parsed into rules of alternatives of elements (a character set or a rule reference); a parse
 state is a set of stacks of positions, each stack's top a character set the next character
-must match. `Recognizer.feed` follows committed text; `Recognizer.forced` walks ahead while
-exactly one character can come next, which is the grammar drafter's span
-(engine/speculative/drafters/grammar.py).
+must match. `Recognizer.advance` follows one character and `Recognizer.next_chars` says which can
+come next; the grammar drafter (engine/speculative/drafters/grammar.py) follows committed text
+with them and walks ahead while exactly one character can come next: its span.
 
 Why our own and not llama.cpp's: its C API answers "may this token come next" only, one token
 at a time; the forced text would take a scan of the whole vocabulary per character. Here a
@@ -13,9 +13,9 @@ character costs microseconds.
 
 Exactness does not rest on this module. The drafter only proposes; the target verifies under
 llama.cpp's own grammar sampler, so a mistake here costs speed (a rejected span), never output.
-It is tested against llama.cpp anyway (tests/engine/test_gbnf.py).
+It is tested against llama.cpp anyway (tests/engine/grammar/test_gbnf.py).
 
-Not the grammar sampler (engine/llama/grammar.py) nor the grammar compiler (json_schema.py).
+Not the grammar sampler (engine/llama/grammar.py) nor the grammar compiler (schema.py).
 Deep nesting (`(a (a (a ...)?)?)?`, a thousand levels from the JSON-schema converter) is parsed
 with explicit stacks, never recursion.
 """
@@ -40,7 +40,7 @@ class GrammarError(ValueError):
 # A position: (rule id, alternative, index); a stack: a tuple of positions, top last.
 
 
-class Grammar:
+class Recognizer:
     """A parsed GBNF grammar: rules[rid] = list of alternatives, each a tuple of elements."""
 
     def __init__(self, text: str, root: str = "root"):
@@ -125,16 +125,16 @@ class Grammar:
 
 
 @functools.lru_cache(maxsize=32)
-def parse(text: str) -> Grammar:
+def parse(text: str) -> Recognizer:
     """A parsed grammar, cached by its text (templates send the same grammar all day)."""
-    return Grammar(text)
+    return Recognizer(text)
 
 
 class _Parser:
-    """GBNF text -> Grammar rules, as llama.cpp's parser reads it (`src/llama-grammar.cpp`):
+    """GBNF text -> Recognizer rules, as llama.cpp's parser reads it (`src/llama-grammar.cpp`):
     a rule ends at a newline outside parentheses; a newline may follow `::=`, `|` and `(`."""
 
-    def __init__(self, g: Grammar, text: str):
+    def __init__(self, g: Recognizer, text: str):
         self.g, self.s, self.i = g, text, 0
 
     def parse(self) -> None:

@@ -1,4 +1,4 @@
-"""JSON Schema rewrites and exact rules for json_schema.py: what it can let through, and how.
+"""JSON Schema rewrites and exact rules for schema.py: what it can let through, and how.
 
 What it is: pure functions over one subschema, no state. `split_types` rewrites a list of types
 with type-specific keywords into one alternative per type (JSON Schema semantics: such a keyword
@@ -6,8 +6,8 @@ applies only to instances of its type, so `{"type": [A, B], kw}` is `anyOf` of A
 keywords and B with B's). `integer_range` reads minimum/maximum/exclusiveMinimum/
 exclusiveMaximum as an inclusive range of integers and `integer_gbnf` writes the exact GBNF for
 it (the converter has no rule for bounds); `Refused` is how the string and number languages
-(json_schema_string.py, json_schema_number.py) name a keyword they cannot enforce.
-What it is not: the fail-closed walk, its messages, or the converter (json_schema.py, and
+(string.py, number.py) name a keyword they cannot enforce.
+What it is not: the fail-closed walk, its messages, or the converter (schema.py, and
 llama-cpp-python's llama_grammar); nothing here decides a request is valid on its own.
 
 Integer ranges: canonical JSON integers only (no leading zeros, no "-0", no exponent), at most

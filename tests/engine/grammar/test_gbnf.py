@@ -1,4 +1,4 @@
-"""engine/gbnf.py, the Python GBNF recognizer the grammar drafter walks, against llama.cpp's own
+"""engine/grammar/gbnf.py, the Python GBNF recognizer the grammar drafter walks, against llama.cpp's own
 grammar sampler (a byte vocabulary, tests/grammar_vocab.py): the same texts pass, prefix by
 prefix; the same small languages; the forced text is what the grammar leaves no choice about."""
 
@@ -9,15 +9,15 @@ import pytest
 from llama_cpp import llama_grammar
 
 from conftest import EVAL_DATA
-from engine import gbnf
+from engine.grammar import gbnf
 from engine.errors import InvalidRequest
-from engine.json_schema import compile_response_format
+from engine.grammar.schema import compile_response_format
 from grammar_vocab import language, walk
 
 CORPUS = sorted((EVAL_DATA / "schemas").glob("*.json"))
 
 
-def follow(g: gbnf.Grammar, text: str):
+def follow(g: gbnf.Recognizer, text: str):
     """The state after `text`, or None where the recognizer refuses a character."""
     st = g.start()
     for ch in text:
@@ -42,7 +42,7 @@ def corpus_grammars():
 
 @pytest.mark.parametrize("name,grammar", corpus_grammars())
 def test_texts_llama_cpp_writes_are_followed_to_their_end(vocab, name, grammar):
-    g = gbnf.Grammar(grammar)
+    g = gbnf.Recognizer(grammar)
     rng = random.Random(name)
     for _ in range(4):
         text = walk(vocab, grammar, rng)
@@ -66,7 +66,7 @@ SMALL = [
 def test_small_languages_equal_llama_cpps(vocab, grammar):
     alphabet = "abcd0,-"
     want = language(vocab, grammar, alphabet, 5)
-    g = gbnf.Grammar(grammar)
+    g = gbnf.Recognizer(grammar)
     got = set()
     todo = [("", g.start())]
     while todo:
@@ -83,7 +83,7 @@ def test_small_languages_equal_llama_cpps(vocab, grammar):
 def test_forced_text_is_where_the_schema_leaves_no_choice():
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "qty": {"type": "integer"}},
               "required": ["name", "qty"], "additionalProperties": False}
-    g = gbnf.Grammar(compile_response_format({"type": "json_schema", "json_schema": {"name": "t", "schema": schema}})
+    g = gbnf.Recognizer(compile_response_format({"type": "json_schema", "json_schema": {"name": "t", "schema": schema}})
                      .grammar)
     st = follow(g, '{"name": "Acme", ')
     forced = ""
@@ -102,10 +102,10 @@ def test_forced_text_is_where_the_schema_leaves_no_choice():
                                  "x ::= \"a\"", "root ::= *", 'root ::= "\\q"', "root ::= \"a\"{3,1}"])
 def test_bad_grammars_are_refused(bad):
     with pytest.raises(gbnf.GrammarError):
-        gbnf.Grammar(bad)
+        gbnf.Recognizer(bad)
 
 
 def test_a_thousand_nested_groups_parse_without_recursion():
     text = "root ::= " + '("a" ' * 3000 + ")?" * 3000
-    g = gbnf.Grammar(text)
+    g = gbnf.Recognizer(text)
     assert follow(g, "a" * 3000) is not None and follow(g, "a" * 3001) is None

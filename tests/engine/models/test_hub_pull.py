@@ -22,10 +22,12 @@ from hub_models import catalog_entry, hub_file, write_draft, write_target
 from hub_standin import HubStandIn, point_hub_clients_at
 
 from conftest import ROOT
-from engine import Completion, SamplingParams, hub
+from engine import Completion, SamplingParams
+from engine.models import hub
 from engine.errors import Cancelled, DownloadError, HubAccessDenied, InvalidRequest, NotEnoughDisk
 from engine.speculative.params import SpecParams
-from engine.store import ModelStore, no_progress
+from engine.models.store import ModelStore, no_progress
+from engine.models.pull import pull
 
 REPO, DRAFT_REPO, GATED = "tiny-org/Tiny-GGUF", "tiny-org/Tiny-DFlash2-GGUF", "gated-org/Tiny-GGUF"
 BIG = "tiny-org/Tiny-F32-GGUF"  # a 12.6 MB target: a transfer of several pieces (hub.CHUNK), killed in the middle
@@ -88,7 +90,7 @@ def test_pull_fetches_verifies_and_pairs_the_draft(hub_env, files, tmp_path, kin
     catalog_entry(home, "tiny", target_pin(hub_env, files), draft_pin(hub_env, files, kind), kind=kind,
                   chat_template={"enable_thinking": False})
     store = ModelStore(home)
-    m = store.pull("tiny", progress=no_progress)
+    m = pull(store, "tiny", progress=no_progress)
     assert m.sha256 == target_pin(hub_env, files)["sha256"] and m.source == "catalog:tiny"
     assert m.draft == "draft.gguf" and Path(m.draft_path).read_bytes() == files[{"dflash2": "v2",
                                                                                 "dflash1": "v1"}[kind]].read_bytes()
@@ -96,7 +98,7 @@ def test_pull_fetches_verifies_and_pairs_the_draft(hub_env, files, tmp_path, kin
                          "n_draft": {"cuda": 3, "metal": 3, "cpu": 3}}
     assert not (home / "downloads" / "tiny").exists()  # the download folder goes once both are in
     n = len(hub_env.requests)
-    assert store.pull("tiny", progress=no_progress).sha256 == m.sha256  # idempotent: nothing fetched again
+    assert pull(store, "tiny", progress=no_progress).sha256 == m.sha256  # idempotent: nothing fetched again
     assert not [r for r in hub_env.requests[n:] if r.method == "GET"]
 
 
@@ -104,10 +106,10 @@ def test_a_pull_keeps_the_users_own_draft_choice(hub_env, files, tmp_path):
     home = tmp_path / "home"
     catalog_entry(home, "tiny", target_pin(hub_env, files), draft_pin(hub_env, files, "dflash2"))
     store = ModelStore(home)
-    store.pull("tiny", progress=no_progress)
+    pull(store, "tiny", progress=no_progress)
     store.unpair("tiny")
     n = len(hub_env.requests)
-    assert store.pull("tiny", progress=no_progress).draft == ""  # unpaired stays unpaired
+    assert pull(store, "tiny", progress=no_progress).draft == ""  # unpaired stays unpaired
     assert not [r for r in hub_env.requests[n:] if r.method == "GET"]
 
 
@@ -117,7 +119,7 @@ def test_a_draft_that_does_not_fit_leaves_the_model_installed_and_says_so(hub_en
     catalog_entry(home, "tiny", target_pin(hub_env, files), other)
     with pytest.raises(DownloadError, match="tiny is installed and runs without speculation, but its draft was "
                                             "refused: .*n_embd"):
-        ModelStore(home).pull("tiny", progress=no_progress)
+        pull(ModelStore(home), "tiny", progress=no_progress)
     m = ModelStore(home).get("tiny")
     assert m.draft == "" and not (home / "downloads" / "tiny").exists()
 
@@ -130,7 +132,7 @@ def test_the_pulled_pair_serves_losslessly(hub_env, files, tmp_path):
     home = tmp_path / "home"
     for name, kind in (("tiny2", "dflash2"), ("tiny1", "dflash1")):
         catalog_entry(home, name, target_pin(hub_env, files), draft_pin(hub_env, files, kind), kind=kind)
-        ModelStore(home).pull(name, progress=no_progress)
+        pull(ModelStore(home), name, progress=no_progress)
     prompts = ["The workshop order says", "Dear customer, your print job", "1, 2, 3,"]
     greedy = SamplingParams(temperature=0)
     for name in ("tiny2", "tiny1"):
@@ -172,7 +174,7 @@ def test_resume_after_a_killed_pull(hub_env, files, tmp_path):
     done = hub.partial_path(folder, pin).stat().st_size
     hub_env.throttle(None)
     n = len(hub_env.requests)
-    m = ModelStore(home).pull("tiny", progress=no_progress)
+    m = pull(ModelStore(home), "tiny", progress=no_progress)
     assert m.sha256 == pin.sha256 and not folder.exists()
     ranges = [r.range for r in hub_env.requests[n:] if r.method == "GET" and r.range]
     assert ranges == [f"bytes={done}-"], ranges  # continued where the killed process stopped, not restarted
@@ -184,10 +186,10 @@ def test_a_broken_connection_says_pull_again_and_then_resumes(hub_env, files, tm
     hub_env.fault(drop_after=PIECE + 500_000)  # the link breaks after the first piece is written...
     hub_env.fault(status=503, path="/_lfs/", times=1)  # ...and the client's own retry meets a dead upstream
     with pytest.raises(DownloadError, match="503.*continues where it stopped"):
-        ModelStore(home).pull("tiny", progress=no_progress)
+        pull(ModelStore(home), "tiny", progress=no_progress)
     assert not (home / "models" / "tiny").exists()
     n = len(hub_env.requests)
-    assert ModelStore(home).pull("tiny", progress=no_progress).draft == ""
+    assert pull(ModelStore(home), "tiny", progress=no_progress).draft == ""
     assert [r.range for r in hub_env.requests[n:] if r.method == "GET" and r.range] == [f"bytes={PIECE}-"]
 
 
@@ -196,7 +198,7 @@ def test_a_wrong_pin_is_refused_before_downloading(hub_env, files, tmp_path):
     catalog_entry(home, "tiny", target_pin(hub_env, files, sha256="0" * 64))
     n = len(hub_env.requests)
     with pytest.raises(DownloadError, match="catalog pins size .* nothing was downloaded"):
-        ModelStore(home).pull("tiny", progress=no_progress)
+        pull(ModelStore(home), "tiny", progress=no_progress)
     assert installed(home) == [] and not fetched(hub_env, n, "Tiny-Q8_0.gguf")
 
 
@@ -206,7 +208,7 @@ def test_a_file_that_does_not_hash_to_its_pin_is_not_installed(hub_env, files, t
     catalog_entry(home, "tiny", target_pin(hub_env, files, sha256="1" * 64))
     monkeypatch.setattr(hub, "check_pin", lambda f, token=None: None)
     with pytest.raises(DownloadError, match="not have the pinned sha256; it was deleted and nothing was installed"):
-        ModelStore(home).pull("tiny", progress=no_progress)
+        pull(ModelStore(home), "tiny", progress=no_progress)
     assert installed(home) == []
     assert not list((home / "downloads").rglob("*.gguf")) if (home / "downloads").exists() else True
 
@@ -218,7 +220,7 @@ def test_too_little_free_disk_is_refused_before_starting(hub_env, files, tmp_pat
     monkeypatch.setattr(hub.shutil, "disk_usage", lambda p: real(p)._replace(free=50 << 20))
     n = len(hub_env.requests)
     with pytest.raises(NotEnoughDisk, match="needs 0.0 GB .* free at") as info:
-        ModelStore(home).pull("tiny", progress=no_progress)
+        pull(ModelStore(home), "tiny", progress=no_progress)
     assert "FLASHDESK_HOME" in info.value.message
     assert hub_env.requests[n:] == [] and installed(home) == []
 
@@ -243,7 +245,7 @@ def test_a_disk_that_fills_up_mid_download_says_so_and_the_next_pull_continues(h
     kept = hub.partial_path(home / "downloads" / "tiny", pin).stat().st_size
     assert kept == 5 * hub.CHUNK  # what fitted is kept...
     n = len(hub_env.requests)
-    assert ModelStore(home).pull("tiny", progress=no_progress).sha256 == pin.sha256  # ...and continued from
+    assert pull(ModelStore(home), "tiny", progress=no_progress).sha256 == pin.sha256  # ...and continued from
     assert [r.range for r in hub_env.requests[n:] if r.method == "GET" and r.range] == [f"bytes={kept}-"]
 
 
@@ -252,19 +254,19 @@ def test_gated_and_missing_repositories_say_what_to_do(hub_env, files, tmp_path,
     catalog_entry(home, "gated", target_pin(hub_env, files, repo=GATED))
     store = ModelStore(home)
     with pytest.raises(HubAccessDenied, match=r"needs a login \(401\).*HF_TOKEN"):
-        store.pull("gated", progress=no_progress)
+        pull(store, "gated", progress=no_progress)
     monkeypatch.setenv("HF_TOKEN", "hf_wrong")
     with pytest.raises(HubAccessDenied, match=r"\((401|403)\)"):
-        store.pull("gated", progress=no_progress)
+        pull(store, "gated", progress=no_progress)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    assert store.pull("gated", progress=no_progress).name == "gated"
+    assert pull(store, "gated", progress=no_progress).name == "gated"
 
     catalog_entry(home, "gone", target_pin(hub_env, files, repo="nobody/Nothing-GGUF"))
     with pytest.raises(DownloadError, match="was not found"):
-        store.pull("gone", progress=no_progress)
+        pull(store, "gone", progress=no_progress)
     catalog_entry(home, "nofile", target_pin(hub_env, files, file="Tiny-Q2_K.gguf"))
     with pytest.raises(DownloadError, match="has no file Tiny-Q2_K.gguf"):
-        store.pull("nofile", progress=no_progress)
+        pull(store, "nofile", progress=no_progress)
     assert installed(home) == ["gated"]
 
 
@@ -273,7 +275,7 @@ def test_a_dead_upstream_is_an_error_not_a_hang(hub_env, files, tmp_path):
     catalog_entry(home, "tiny", target_pin(hub_env, files))
     hub_env.fault(status=503, path="/_lfs/")  # the file server (the API's 5xx get retried with backoff for ~20 s)
     with pytest.raises(DownloadError, match="503"):
-        ModelStore(home).pull("tiny", progress=no_progress)
+        pull(ModelStore(home), "tiny", progress=no_progress)
     assert installed(home) == []
 
 
@@ -282,7 +284,7 @@ def test_an_unreachable_endpoint_says_so(files, tmp_path, monkeypatch, hub_env):
     catalog_entry(home, "tiny", target_pin(hub_env, files))
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:1")  # nothing listens on port 1
     with pytest.raises(DownloadError, match="cannot reach http://127.0.0.1:1 .*HF_ENDPOINT"):
-        ModelStore(home).pull("tiny", progress=no_progress)
+        pull(ModelStore(home), "tiny", progress=no_progress)
 
 
 def test_offline_mode_says_so(hub_env, files, tmp_path, monkeypatch):
@@ -290,7 +292,7 @@ def test_offline_mode_says_so(hub_env, files, tmp_path, monkeypatch):
     catalog_entry(home, "tiny", target_pin(hub_env, files))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(DownloadError, match="offline mode is on"):
-        ModelStore(home).pull("tiny", progress=no_progress)
+        pull(ModelStore(home), "tiny", progress=no_progress)
 
 
 def test_cancel_stops_the_download_and_leaves_nothing(hub_env, files, tmp_path):
@@ -311,7 +313,7 @@ def test_cancel_stops_the_download_and_leaves_nothing(hub_env, files, tmp_path):
         return Bar()
 
     with pytest.raises(Cancelled):
-        ModelStore(home).pull("tiny", progress=progress, cancel=cancel)
+        pull(ModelStore(home), "tiny", progress=progress, cancel=cancel)
     assert installed(home) == [] and not (home / "downloads" / "tiny").exists()
 
 

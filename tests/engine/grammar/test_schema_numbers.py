@@ -10,8 +10,8 @@ from decimal import Decimal
 import jsonschema
 import pytest
 
-from engine.json_schema import compile_response_format
-from engine.json_schema_number import MAX_SIGNIFICANT, language
+from engine.grammar.schema import compile_response_format
+from engine.grammar.number import MAX_SIGNIFICANT, language
 from grammar_vocab import accepts, js, language as grammar_language, refused
 
 ODD = ["-0", "-0.0", "-0.00", "00", "01", "-01", "1.", ".5", "1e2", "1E0", "+1", "1.50", "0.0", "-", "", "--1", "1..2"]

@@ -2,7 +2,7 @@
 
 llama.cpp aborts the whole process on some malformed files, so a file the user
 imports is first loaded here, in a throw-away process: a crash there costs nothing.
-Run as `python -m engine.probe PATH`; prints one JSON object (ModelInfo) on success.
+Run as `python -m engine.models.probe PATH`; prints one JSON object (ModelInfo) on success.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import subprocess
 import sys
 from dataclasses import asdict
 
-from .errors import ModelLoadError
+from ..errors import ModelLoadError
 
 
 def probe(path: str, timeout: float = 300.0) -> dict:
     """ModelInfo of `path` as a dict, loaded in a child process; raises ModelLoadError."""
     try:
-        out = subprocess.run([sys.executable, "-m", "engine.probe", path], capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "engine.models.probe", path], capture_output=True,
                              text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise ModelLoadError(f"llama.cpp took over {timeout:.0f} s to load {path}") from None
@@ -32,7 +32,7 @@ def probe(path: str, timeout: float = 300.0) -> dict:
 
 
 def _main(path: str) -> int:
-    from .llama.model import Model
+    from ..llama.model import Model
 
     try:
         model = Model(path, n_gpu_layers=0)

@@ -13,16 +13,16 @@ readOnly writeOnly; $schema (drafts 6, 7, 2019-09, 2020-12) and $id at the root 
 type, enum, const, anyOf, local $ref ("#..."); oneOf only if its alternatives' types are disjoint
 (no grammar can say "exactly one"; then at most one matches). A list of types beside enum/const
 is checked against the values; beside other keywords it becomes anyOf of one schema per type with
-the keywords of that type, each checked as below (json_schema_rules.split_types). Objects:
+the keywords of that type, each checked as below (rules.split_types). Objects:
 properties, required, additionalProperties. Arrays: items + minItems/maxItems (<= 500),
 prefixItems (or draft-7 list items). Strings ("type": "string"): minLength/maxLength (<= 2000);
 format date, time, date-time, uuid, email, ipv4; pattern (any regex whose language is regular:
 no backreferences, lookaround or flags), each alone or together: the grammar enforces the strings
-all of them accept, an automaton we build (json_schema_string.py, regex_lang.py), or the
+all of them accept, an automaton we build (string.py, regex.py), or the
 converter's own format rule when the others take every string of the format. Integers: minimum,
 maximum, exclusiveMinimum, exclusiveMaximum (an exact GBNF range we write, as the converter
 ignores bounds), multipleOf (an integer <= 1000). Numbers ("type": "number"): the same bounds and
-integer multipleOf (json_schema_number.py); a non-integer multipleOf is refused (jsonschema checks
+integer multipleOf (number.py); a non-integer multipleOf is refused (jsonschema checks
 it in floating point).
 Stricter than the schema, so output stays valid: properties in a fixed order (required first);
 only properties the schema names (absent additionalProperties counts as false; true or a schema
@@ -46,7 +46,7 @@ enforced by our rule. A property "" takes the root rule, "*" repeats; an empty e
 rule; minItems > maxItems emits minItems items; patterns with a top-level |, escapes, ".", [^...],
 (?...) or a stray } translate wrongly, fail to parse or hang -> patterns never reach it. It
 ignores minimum/maximum and takes no raw GBNF -> a node with a rule of ours (a bounded integer or
-number, a string language) goes in as a placeholder const, then replaced (json_schema_splice.py).
+number, a string language) goes in as a placeholder const, then replaced (splice.py).
 
 References: OpenAI structured outputs guide; json-schema.org 2020-12; llama.cpp grammars/README.md.
 """
@@ -61,12 +61,12 @@ from urllib.parse import unquote
 import jsonschema
 from jsonschema import validators
 
-from engine import json_schema_number as numbers
-from engine import json_schema_rules as rules
-from engine import json_schema_splice as splice
-from engine import json_schema_string as strings
-from engine.errors import InvalidRequest
-from engine.llama.grammar import gbnf_parses, llama_grammar
+from . import number as numbers
+from . import rules
+from . import splice
+from . import string as strings
+from ..errors import InvalidRequest
+from ..llama.grammar import gbnf_parses, llama_grammar
 
 PARAM = "response_format.json_schema.schema"
 MAX_ITEMS = 500  # the converter recurses once per optional item; Python stops at 1000
@@ -160,7 +160,7 @@ def compile_response_format(response_format: dict | None) -> Constraint | None:
 class _Walk:
     nodes: dict = field(default_factory=dict)  # JSON pointer -> normalised node (for $ref targets)
     refs: list = field(default_factory=list)  # (normalised node holding "$ref", its pointer)
-    own: list = field(default_factory=list)  # (normalised node, writer): rules of ours (json_schema_splice)
+    own: list = field(default_factory=list)  # (normalised node, writer): rules of ours (splice.py)
     names: set = field(default_factory=set)  # every property name: $ref rule names must differ
 
 
@@ -282,7 +282,7 @@ def _node(body: dict, ptr: str, walk: _Walk, depth: int) -> dict:
             out = {"prefixItems": [sub([key, i], s) for i, s in enumerate(tuple_)]}
     elif kind == "range":
         try:
-            walk.own.append((out, splice.integer_range(*rules.integer_range(body))))
+            walk.own.append((out, splice.integer_rule(*rules.integer_range(body))))
         except ValueError as e:
             raise _bad(f"integer bounds {_at(ptr)}: {e}") from None
     elif kind == "language":
@@ -315,7 +315,7 @@ def _branch(s: dict) -> tuple[str, set[str], str]:
     for key in ("const", "enum"):
         if key in s:
             return key, {key, "type"}, f'next to "{key}"'
-    if isinstance(t, list):  # alone: anything beside it was split (json_schema_rules.split_types)
+    if isinstance(t, list):  # alone: anything beside it was split (rules.split_types)
         return "types", {"type"}, "next to a list of types"
     if t in (None, "object") and ("properties" in s or s.get("additionalProperties", True) is not True):
         return "object", {"type", "properties", "required", "additionalProperties"}, "in an object schema"

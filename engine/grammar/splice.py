@@ -1,22 +1,22 @@
 """Rules of ours in the converter's grammar: a placeholder const per node, replaced afterwards.
 
 What it is: llama-cpp-python's converter takes no raw GBNF and has no rule for a bounded integer
-or number, nor for the string languages we build, so json_schema.py gives each such node the
+or number, nor for the string languages we build, so schema.py gives each such node the
 const `placeholder(i)`; once the converter has written the grammar, `splice` replaces the literal
 it wrote for that const with our expression and appends our rules, named with a prefix no rule of
-the converter's starts with. `integer_range`, `number` and `string` are the writers.
-What it is not: what the rules say (json_schema_rules.integer_gbnf, json_schema_number.py,
-json_schema_string.py, regex_lang.to_gbnf) or the walk that decides where they go.
+the converter's starts with. `integer_rule`, `number` and `string` are the writers.
+What it is not: what the rules say (rules.integer_gbnf, number.py,
+string.py, regex.to_gbnf) or the walk that decides where they go.
 """
 
 from __future__ import annotations
 
 import json
 
-from engine import json_schema_rules as rules
-from engine import regex_lang
+from . import rules
+from . import regex
 
-SENTINEL = "\x01flashdesk-rule-{}"  # json_schema._literal_ok keeps \x01 out of users' consts
+SENTINEL = "\x01flashdesk-rule-{}"  # schema._literal_ok keeps \x01 out of users' consts
 
 
 def placeholder(i: int) -> str:
@@ -42,13 +42,13 @@ def splice(text: str, writers: list) -> str:
     return "\n".join([text.rstrip("\n"), *extra]) + "\n"
 
 
-def integer_range(lo: int, hi: int):
+def integer_rule(lo: int, hi: int):
     return lambda name: (f"({rules.integer_gbnf(lo, hi)}) space", [])  # space: as the converter's integer
 
 
-def number(dfa: regex_lang.DFA):
-    return lambda name: (f"{name} space", regex_lang.to_gbnf(dfa, name, json_string=False))
+def number(dfa: regex.DFA):
+    return lambda name: (f"{name} space", regex.to_gbnf(dfa, name, json_string=False))
 
 
-def string(dfa: regex_lang.DFA):
-    return lambda name: (f'"\\"" {name} "\\"" space', regex_lang.to_gbnf(dfa, name))
+def string(dfa: regex.DFA):
+    return lambda name: (f'"\\"" {name} "\\"" space', regex.to_gbnf(dfa, name))

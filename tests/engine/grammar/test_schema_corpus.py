@@ -14,7 +14,7 @@ from jsonschema import validators
 
 from conftest import EVAL_DATA
 from engine.errors import InvalidRequest
-from engine.json_schema import compile_response_format
+from engine.grammar.schema import compile_response_format
 from grammar_vocab import accepts, js, walk
 
 CORPUS = sorted((EVAL_DATA / "schemas").glob("*.json"))

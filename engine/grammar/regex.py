@@ -6,7 +6,7 @@ jsonschema's "pattern" means), as a deterministic automaton over code points; `i
 pattern" rule asks them); `to_gbnf` writes a language as right-linear GBNF rules llama.cpp
 enforces. Each transition carries a set of code points (sorted disjoint intervals), so a class
 like [^"] is one edge, not 1.1 million.
-What it is not: JSON Schema (json_schema_string.py decides what a string node means) or a regex
+What it is not: JSON Schema (string.py decides what a string node means) or a regex
 engine for matching text.
 
 Exact or refused: the regex is read by Python's own parser (re._parser, the one `re.search` uses),

@@ -1,4 +1,4 @@
-"""regex_lang against Python's own re: for many patterns, every string of a small alphabet up to
+"""engine/grammar/regex.py against Python's own re: for many patterns, every string of a small alphabet up to
 a few characters (and random longer ones) is in the automaton exactly when re.search finds a
 match, but for the one narrowing said in the module ($ before a final newline); intersection and
 inclusion against the same brute force; refusals for what no such automaton follows."""
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from engine import regex_lang
+from engine.grammar import regex
 
 ALPHABET = "ab c@.-0_\n٣É\""
 PATTERNS = [
@@ -31,7 +31,7 @@ def strings(rng: random.Random):
 
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_the_automaton_is_re_search(pattern):
-    dfa, rng = regex_lang.search_dfa(pattern), random.Random(pattern)
+    dfa, rng = regex.search_dfa(pattern), random.Random(pattern)
     for s in strings(rng):
         found = re.search(pattern, s) is not None
         if dfa.matches(s) != found:
@@ -42,8 +42,8 @@ def test_the_automaton_is_re_search(pattern):
 @pytest.mark.parametrize("a, b", [("^[a-c]+$", "^[b-d]+$"), ("a", "b"), ("^\\d+$", "^[0-9]{2}$"),
                                   ("^.{1,3}$", "@"), ("^(ab)*$", "^a(ba)*b$")])
 def test_intersection_and_inclusion(a, b):
-    da, db = regex_lang.search_dfa(a), regex_lang.search_dfa(b)
-    both = regex_lang.intersect(da, db)
+    da, db = regex.search_dfa(a), regex.search_dfa(b)
+    both = regex.intersect(da, db)
     seen_a = seen_b = set()
     rng = random.Random(a + b)
     for s in strings(rng):
@@ -54,30 +54,30 @@ def test_intersection_and_inclusion(a, b):
         if in_b:
             seen_b = seen_b | {s}
     # inclusion can only be refuted by a string; the automaton's answer must not contradict one
-    assert not regex_lang.contains(db, da) or seen_a <= seen_b
-    assert not regex_lang.contains(da, db) or seen_b <= seen_a
+    assert not regex.contains(db, da) or seen_a <= seen_b
+    assert not regex.contains(da, db) or seen_b <= seen_a
 
 
 def test_inclusion_decided_on_languages():
-    d = regex_lang.search_dfa
-    assert regex_lang.contains(d("^\\d{4}$"), d("^[0-9]{4}$"))  # \d is wider: every ASCII digit string is in
-    assert not regex_lang.contains(d("^[0-9]{4}$"), d("^\\d{4}$"))  # ... but not the other way (Unicode digits)
-    assert regex_lang.contains(d("-"), d("^[0-9]{4}-[0-9]{2}$"))
-    assert regex_lang.contains(d("^(ab)*$"), d("^(abab)*$")) and not regex_lang.contains(d("^(abab)*$"), d("^(ab)*$"))
-    assert regex_lang.is_empty(regex_lang.intersect(d("^a+$"), d("^b+$")))
-    assert regex_lang.is_empty(d("a^b")) and not regex_lang.is_empty(d("^$"))
+    d = regex.search_dfa
+    assert regex.contains(d("^\\d{4}$"), d("^[0-9]{4}$"))  # \d is wider: every ASCII digit string is in
+    assert not regex.contains(d("^[0-9]{4}$"), d("^\\d{4}$"))  # ... but not the other way (Unicode digits)
+    assert regex.contains(d("-"), d("^[0-9]{4}-[0-9]{2}$"))
+    assert regex.contains(d("^(ab)*$"), d("^(abab)*$")) and not regex.contains(d("^(abab)*$"), d("^(ab)*$"))
+    assert regex.is_empty(regex.intersect(d("^a+$"), d("^b+$")))
+    assert regex.is_empty(d("a^b")) and not regex.is_empty(d("^$"))
 
 
 def test_lengths():
     for lo, hi in ((0, 0), (2, 5), (3, None)):
-        dfa = regex_lang.length_dfa(lo, hi)
+        dfa = regex.length_dfa(lo, hi)
         for n in range(8):
             assert dfa.matches("é" * n) == (lo <= n and (hi is None or n <= hi))
 
 
 def test_minimal_and_small():
     """Minimised: an alternation of equal branches is as small as one branch."""
-    one, many = regex_lang.search_dfa("^[0-9]{6}$"), regex_lang.search_dfa("^([0-9]{6}|[0-4][0-9]{5}|[5-9][0-9]{5})$")
+    one, many = regex.search_dfa("^[0-9]{6}$"), regex.search_dfa("^([0-9]{6}|[0-4][0-9]{5}|[5-9][0-9]{5})$")
     assert one.size == many.size == 7
 
 
@@ -86,10 +86,10 @@ def test_minimal_and_small():
     ("a{3000}", "above 2000"), ("(?>a)", "atomic"), ("a++", "possessive"), ("(a)?(?(1)b|c)", "conditional"),
 ])
 def test_refusals(pattern, fragment):
-    with pytest.raises(regex_lang.Unsupported, match=re.escape(fragment)):
-        regex_lang.search_dfa(pattern)
+    with pytest.raises(regex.Unsupported, match=re.escape(fragment)):
+        regex.search_dfa(pattern)
 
 
 def test_too_complex_is_refused():
-    with pytest.raises(regex_lang.TooComplex):
-        regex_lang.search_dfa("(a|b)*a(a|b){13}$")  # the minimal DFA has 2^14 states
+    with pytest.raises(regex.TooComplex):
+        regex.search_dfa("(a|b)*a(a|b){13}$")  # the minimal DFA has 2^14 states

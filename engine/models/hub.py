@@ -9,7 +9,7 @@ process, so the next pull continues with a Range request; a free-disk check; pro
 flashdesk's progress bars (CLI tqdm, the Models page's job), where a cancel takes effect;
 one error message per failure that says what to do next.
 
-Not the install (engine/store.py verifies the sha256 itself and moves the file into the
+Not the install (engine/models/store.py verifies the sha256 itself and moves the file into the
 store atomically) nor the catalog (catalog.py).
 """
 
@@ -29,9 +29,9 @@ from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import build_hf_headers
 from tqdm.auto import tqdm
 
+from ..errors import Cancelled, DownloadError, HubAccessDenied, NotEnoughDisk
 from .catalog import HubFile
-from .errors import Cancelled, DownloadError, HubAccessDenied, NotEnoughDisk
-from .store import ProgressFactory
+from .files import ProgressFactory
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 CHUNK = 1 << 20  # progress, cancel and resume granularity of a transfer
@@ -102,7 +102,7 @@ def check_pin(f: HubFile, token: str | bool | None = None) -> None:
 def download(f: HubFile, folder: Path, *, progress: ProgressFactory, token: str | bool | None = None) -> Path:
     """The file, complete, at `folder/<file>`, continuing what an earlier call (or a killed process)
     left in `<file>.part`. Not yet verified: the caller hashes it against the pin before installing it.
-    A progress bar that raises Cancelled (engine/store.py's cancel flag) stops it.
+    A progress bar that raises Cancelled (engine/models/store.py's cancel flag) stops it.
 
     huggingface_hub's own `hf_hub_download` resumes only within one call (its temporary file has a
     new random name each call and is deleted on failure), so this drives its two halves itself:

