@@ -1,16 +1,19 @@
 // The shell: language, navigation between the three pages, and the server's status.
-// Each page is a module with `mount(root, ctx) -> {unmount?, route?}`; ctx gives it the
-// route argument (e.g. a conversation id), navigate(), the latest /health answer, and
-// refreshHealth() to ask for it again soon. Pages import nothing from the shell.
+// Each page is a folder (chat/, workorders/, models/): its page.js exports
+// `mount(root, ctx) -> {unmount?, route?}` and its page.css styles it; its other modules sit
+// beside them, named for what they hold (the folder already says whose). What the pages share
+// (api.js, dom.js, i18n.js) stays here. ctx gives a page the route argument (e.g. a
+// conversation id), navigate(), the latest /health answer, and refreshHealth() to ask for it
+// again soon. Pages import nothing from the shell.
 
 import { setApiKey } from "./api.js";
 import { h } from "./dom.js";
 import { LANGUAGES, language, preferredLanguage, setLanguage, t, translate } from "./i18n.js";
 
 const PAGES = {
-  chat: () => import("./chat.js"),
-  workorders: () => import("./workorders.js"),
-  models: () => import("./models.js"),
+  chat: () => import("./chat/page.js"),
+  workorders: () => import("./workorders/page.js"),
+  models: () => import("./models/page.js"),
 };
 
 const viewRoot = document.getElementById("view");

@@ -159,7 +159,7 @@ def test_markdown_from_the_model_cannot_inject(tab):
     page = tab.open("#/chat")
     page.wait_for_selector(".chat-layout")
     result = page.evaluate("""async (inputs) => {
-        const { renderMarkdown } = await import('/markdown.js');
+        const { renderMarkdown } = await import('/chat/markdown/render.js');
         const box = document.createElement('div');
         document.body.append(box);
         const out = [];
@@ -190,7 +190,7 @@ def test_markdown_code_blocks_have_copy_buttons(tab):
     page = tab.open("#/chat")
     page.wait_for_selector(".chat-layout")
     tags = page.evaluate("""async () => {
-        const { renderMarkdown } = await import('/markdown.js');
+        const { renderMarkdown } = await import('/chat/markdown/render.js');
         const box = document.createElement('div');
         box.className = 'md';
         box.append(renderMarkdown('# Title\\n\\nSome **bold** and `code`.\\n\\n```python\\nprint(1)\\n```\\n\\n'

@@ -36,7 +36,7 @@ def test_both_languages_have_the_same_keys_and_placeholders():
 def test_every_key_the_code_names_exists():
     en = strings("en")
     used = set()
-    for js in UI.glob("*.js"):
+    for js in UI.rglob("*.js"):
         used |= {m for m in re.findall(r"""\bt\(\s*["']([\w.-]+)["']""", js.read_text("utf-8"))}
     for html in UI.glob("*.html"):
         text = html.read_text("utf-8")

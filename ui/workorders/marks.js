@@ -4,8 +4,8 @@
 // get a warning colour; focusing a field lights up its marks and scrolls to the first.
 // The text goes in as text nodes and <mark> elements only.
 
-import { h } from "./dom.js";
-import { pathLabel } from "./workorder_form.js";
+import { h } from "../dom.js";
+import { pathLabel } from "./form.js";
 
 function escapeRe(s) {
   return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");

@@ -6,8 +6,8 @@
 // ("items[0].quantity"). Labels come from the i18n file for the built-in fields, else the
 // schema's title, else the key made readable.
 
-import { h } from "./dom.js";
-import { t } from "./i18n.js";
+import { h } from "../dom.js";
+import { t } from "../i18n.js";
 
 let counter = 0;
 const uid = (path) => `wo-f${++counter}-${path.replace(/[^A-Za-z0-9]+/g, "-")}`;

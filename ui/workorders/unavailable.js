@@ -5,8 +5,8 @@
 // workorders.unavailable.<feature>; a newer one shows its name) with the server's English
 // reason beside it as the detail, as review notes keep the server's sentence for codes they lack.
 
-import { h } from "./dom.js";
-import { has, t } from "./i18n.js";
+import { h } from "../dom.js";
+import { has, t } from "../i18n.js";
 
 /** The note for a record's `unavailable` map, or null when nothing is missing. */
 export function unavailableNote(unavailable) {

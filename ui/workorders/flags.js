@@ -7,7 +7,7 @@
 // (a record from an older flashdesk) is shown as the server wrote it.
 // Pure functions apart from t().
 
-import { has, t } from "./i18n.js";
+import { has, t } from "../i18n.js";
 
 // Findings that explain rather than warn: shown as information, not as something to fix.
 const INFO = new Set(["date_from_message"]);

@@ -3,11 +3,11 @@
 // Both check only that a path was typed; the server says what is wrong with it (not
 // absolute, no file there, not a GGUF), and that answer shows beside the field.
 
-import { post } from "./api.js";
-import { h } from "./dom.js";
-import { t } from "./i18n.js";
-import { errorText, newId } from "./models_common.js";
-import { failedJob } from "./models_jobs.js";
+import { post } from "../api.js";
+import { h } from "../dom.js";
+import { t } from "../i18n.js";
+import { errorText, newId } from "./common.js";
+import { failedJob } from "./jobs.js";
 
 /**
  * The import form. `page` starts and shows the job: opts(), track(key, job, retry),

@@ -5,8 +5,8 @@
 // Shared by the Models page and the chat page's first-run notice, so both say the same.
 // Functions only: no requests, no state; engine/tiers.py decides what fits.
 
-import { formatBytes } from "./dom.js";
-import { formatList, formatNumber, t } from "./i18n.js";
+import { formatBytes } from "../dom.js";
+import { formatList, formatNumber, t } from "../i18n.js";
 
 const GIB = 2 ** 30;
 

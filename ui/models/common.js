@@ -2,7 +2,7 @@
 // rebuilds its cards on each change, and labels point at ids) and the sentence an error
 // shows as. Kept apart so the parts need not import the page, nor the page them in a circle.
 
-import { errorText as sharedErrorText, t } from "./i18n.js";
+import { errorText as sharedErrorText, t } from "../i18n.js";
 
 let uid = 0;
 export const newId = (prefix) => `models-${prefix}-${++uid}`;

@@ -4,8 +4,8 @@
 // Functions only: they build DOM from the /v1/system and /health answers, the page
 // decides when.
 
-import { formatBytes, h } from "./dom.js";
-import { formatNumber, t } from "./i18n.js";
+import { formatBytes, h } from "../dom.js";
+import { formatNumber, t } from "../i18n.js";
 
 const BACKEND_NAMES = { cuda: "CUDA", metal: "Metal", vulkan: "Vulkan", rocm: "ROCm", hip: "ROCm", sycl: "SYCL",
   opencl: "OpenCL", cann: "CANN", musa: "MUSA" };

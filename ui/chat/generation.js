@@ -3,7 +3,7 @@
 // and saved to the conversation when it ends, stopped or not. The page subscribes to
 // redraw; at most one answer is written at a time.
 
-import { ApiError, post, stream } from "./api.js";
+import { ApiError, post, stream } from "../api.js";
 
 let active = null;
 
@@ -22,7 +22,7 @@ function notify(job) {
 export function generate({ conversationId, history, settings, model, backend = false }) {
   const job = {
     conversationId, text: "", tokens: 0, firstAt: 0, error: null, saved: null, finished: false,
-    // `backend`: a backend server wrote it, speculating by its own configuration (chat_stats.js says nothing of it)
+    // `backend`: a backend server wrote it, speculating by its own configuration (stats.js says nothing of it)
     meta: backend ? { model, backend } : { model, speculation_requested: settings.speculation },
     controller: new AbortController(), listeners: new Set(),
   };

@@ -3,10 +3,10 @@
 // selector, timings). Numbers come from the stream's `usage` (flashdesk extensions:
 // usage.timings, usage.speculation; see README "API"). A backend's answer has no
 // usage.speculation (meta.backend): its speed-up is the backend's own, unknown per answer, so
-// nothing here claims one or its absence (chat_settings.js shows the backend's overall figures).
+// nothing here claims one or its absence (settings.js shows the backend's overall figures).
 
-import { h } from "./dom.js";
-import { formatNumber, t } from "./i18n.js";
+import { h } from "../dom.js";
+import { formatNumber, t } from "../i18n.js";
 
 let popoverCount = 0;
 

@@ -3,9 +3,9 @@
 // The two answers name the same things differently; the page and the history list read
 // only this shape. Also how a record's template and status are shown, shared by both.
 
-import { h } from "./dom.js";
-import { t } from "./i18n.js";
-import { tr } from "./workorder_form.js";
+import { h } from "../dom.js";
+import { t } from "../i18n.js";
+import { tr } from "./form.js";
 
 /** The answer of POST /v1/workorders/parse, for the message `text` that was sent. */
 export function fromParse(res, text) {
@@ -14,7 +14,7 @@ export function fromParse(res, text) {
     output: res.result, valid: res.valid, needsReview: res.needs_review, reasons: res.review_reasons || [],
     details: res.review_details || [], warnings: res.warnings || [], error: res.valid ? null : (res.errors || []).join("; ") || null,
     status: !res.valid ? "invalid" : res.needs_review ? "needs_review" : "ok",
-    unavailable: res.unavailable || {}, // through a backend: what it could not do (workorder_unavailable.js)
+    unavailable: res.unavailable || {}, // through a backend: what it could not do (unavailable.js)
   };
 }
 

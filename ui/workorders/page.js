@@ -4,27 +4,27 @@
 // Recent parses come from the audit log (GET /v1/workorders); #/workorders/<id> opens one.
 //
 // This file holds the page's state and wiring; the parts live beside it:
-//   workorder_form.js     the template's schema as an editable form
-//   workorder_files.js    reading .txt/.eml files (charsets, MIME, encoded words)
-//   workorder_drop.js     dropping such a file on the input card
-//   workorder_flags.js    the server's review sentences in the reader's language
-//   workorder_summary.js  those flags on the form's fields and in the summary box
-//   workorder_unavailable.js  what a parse through a backend server could not do
-//   workorder_marks.js    the original message with the form's values marked
-//   workorder_history.js  the recent-parses card and the CSV export
-//   workorder_records.js  a parse as the page holds it, from either API answer
+//   form.js         the template's schema as an editable form
+//   files.js        reading .txt/.eml files (charsets, MIME, encoded words)
+//   drop.js         dropping such a file on the input card
+//   flags.js        the server's review sentences in the reader's language
+//   summary.js      those flags on the form's fields and in the summary box
+//   unavailable.js  what a parse through a backend server could not do
+//   marks.js        the original message with the form's values marked
+//   history.js      the recent-parses card and the CSV export
+//   records.js      a parse as the page holds it, from either API answer
 
-import { get, post, ApiError } from "./api.js";
-import { clear, copyText, download, formatBytes, h } from "./dom.js";
-import { errorText, formatTime, t } from "./i18n.js";
-import { acceptFiles } from "./workorder_drop.js";
-import { isoDate, messageFileKind, readMessageFile } from "./workorder_files.js";
-import { buildForm, inferSchema, tr } from "./workorder_form.js";
-import { historyCard } from "./workorder_history.js";
-import { paintOriginal, showActive } from "./workorder_marks.js";
-import { fromAudit, fromParse, statusBadge, templateName } from "./workorder_records.js";
-import { showReview } from "./workorder_summary.js";
-import { unavailableNote } from "./workorder_unavailable.js";
+import { get, post, ApiError } from "../api.js";
+import { clear, copyText, download, formatBytes, h } from "../dom.js";
+import { errorText, formatTime, t } from "../i18n.js";
+import { acceptFiles } from "./drop.js";
+import { isoDate, messageFileKind, readMessageFile } from "./files.js";
+import { buildForm, inferSchema, tr } from "./form.js";
+import { historyCard } from "./history.js";
+import { paintOriginal, showActive } from "./marks.js";
+import { fromAudit, fromParse, statusBadge, templateName } from "./records.js";
+import { showReview } from "./summary.js";
+import { unavailableNote } from "./unavailable.js";
 
 const MAX_FILE = 1024 * 1024;
 const TEMPLATE_KEY = "flashdesk.woTemplate";
@@ -149,7 +149,7 @@ class WorkOrdersPage {
     this.resultTitle = h("h2", { id: "wo-result-title", tabindex: "-1" }, t("workorders.result_title"));
     this.resultMeta = h("p", { class: "wo-meta" });
     this.summary = h("div", { class: "wo-summary" });
-    this.limits = h("div", { class: "wo-limits" }); // what a backend could not do (workorder_unavailable.js)
+    this.limits = h("div", { class: "wo-limits" }); // what a backend could not do (unavailable.js)
     this.originalText = h("pre", { class: "wo-text wo-data", tabindex: "0", "aria-labelledby": "wo-original-title" });
     this.formBox = h("div", { class: "wo-form-box" });
     this.copyStatus = h("span", { class: "wo-copy-status", role: "status", "aria-live": "polite" });
@@ -170,7 +170,7 @@ class WorkOrdersPage {
             h("button", { type: "button", onclick: () => this.downloadJson() }, h("span", { "aria-hidden": "true" }, "⤓"), t("workorders.download_json")),
             this.copyStatus))));
 
-    // -- history (workorder_history.js): Open shows the record, through the route when it is another
+    // -- history (history.js): Open shows the record, through the route when it is another
     this.history = historyCard({
       templateTitle: (name) => this.templates.find((x) => x.name === name)?.title,
       currentId: () => this.current?.record.id,
@@ -184,7 +184,7 @@ class WorkOrdersPage {
       h("div", {}, h("h1", {}, t("workorders.title")), h("p", { class: "hint wo-intro" }, t("workorders.intro"))),
       this.inputForm, this.result, this.history.el));
 
-    // -- drag and drop (workorder_drop.js): the input card takes files; elsewhere they are refused
+    // -- drag and drop (drop.js): the input card takes files; elsewhere they are refused
     this.stopDrops = acceptFiles(drop, (files) => this.readFile(files[0], files.length));
 
     this.formBox.addEventListener("input", () => {

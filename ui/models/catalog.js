@@ -5,12 +5,12 @@
 //
 // The recommended entry comes first; entries that do not fit come last and look secondary,
 // but keep their button: the user decides. Nothing downloads without a click. Functions
-// that build DOM from the page's state (models.js); the button calls page.pull(name).
+// that build DOM from the page's state (page.js); the button calls page.pull(name).
 
-import { formatBytes, h } from "./dom.js";
-import { language, t } from "./i18n.js";
-import { newId } from "./models_common.js";
-import { fitText, tierSentence } from "./models_tier.js";
+import { formatBytes, h } from "../dom.js";
+import { language, t } from "../i18n.js";
+import { newId } from "./common.js";
+import { fitText, tierSentence } from "./tier.js";
 
 const BIG_DOWNLOAD = 1e9; // from here on the button says the size: nobody should start 16 GB by surprise
 

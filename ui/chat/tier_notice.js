@@ -6,10 +6,10 @@
 // Nothing shows on a computer without a usable graphics card (nothing is recommended there),
 // nor when the recommended model is installed.
 
-import { get } from "./api.js";
-import { h } from "./dom.js";
-import { t } from "./i18n.js";
-import { tierSentence } from "./models_tier.js";
+import { get } from "../api.js";
+import { h } from "../dom.js";
+import { t } from "../i18n.js";
+import { tierSentence } from "../models/tier.js";
 
 const STORAGE_KEY = "flashdesk.tier_notice.dismissed"; // the name of the model the user said no to
 

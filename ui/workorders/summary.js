@@ -1,13 +1,13 @@
 // A parse's review flags put where a person will act on them: each on its field in the form
-// (workorder_form.js flag()), and a summary box above the result that counts the fields to
+// (form.js flag()), and a summary box above the result that counts the fields to
 // check and links to each. Flags that name no field the form has (a note about the whole
 // answer) are listed in the summary as text. "info" flags (e.g. a date taken from the
 // message's own words) are shown on the field but neither counted nor summarised.
 
-import { clear, h } from "./dom.js";
-import { t } from "./i18n.js";
-import { flagsOf } from "./workorder_flags.js";
-import { pathLabel } from "./workorder_form.js";
+import { clear, h } from "../dom.js";
+import { t } from "../i18n.js";
+import { flagsOf } from "./flags.js";
+import { pathLabel } from "./form.js";
 
 function plural(key, n) {
   return t(n === 1 ? `${key}_one` : `${key}_other`, { n });

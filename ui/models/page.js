@@ -8,19 +8,19 @@
 // request stops when the page unmounts.
 //
 // This file holds the page's state, its data and its actions; the parts it shows are
-// built in models_cards.js (installed models), models_catalog.js (the catalog, what fits
-// here; "#/models/NAME" opens at that card), models_jobs.js (a job's progress, Cancel),
-// models_import.js (the import form, the path dialog) and models_hardware.js ("Your computer").
+// built in cards.js (installed models), catalog.js (the catalog, what fits
+// here; "#/models/NAME" opens at that card), jobs.js (a job's progress, Cancel),
+// import.js (the import form, the path dialog) and hardware.js ("Your computer").
 
-import { get, post, del } from "./api.js";
-import { clear, confirmDialog, formatBytes, h } from "./dom.js";
-import { t } from "./i18n.js";
-import { ctaCard, installedView } from "./models_cards.js";
-import { catalogView, problemsView, showSpotlight, tierView } from "./models_catalog.js";
-import { enc, errorText, newId } from "./models_common.js";
-import { computerView, systemErrorView } from "./models_hardware.js";
-import { ImportCard, pathDialog } from "./models_import.js";
-import { JobTracker, failedJob, refocus } from "./models_jobs.js";
+import { get, post, del } from "../api.js";
+import { clear, confirmDialog, formatBytes, h } from "../dom.js";
+import { t } from "../i18n.js";
+import { ctaCard, installedView } from "./cards.js";
+import { catalogView, problemsView, showSpotlight, tierView } from "./catalog.js";
+import { enc, errorText, newId } from "./common.js";
+import { computerView, systemErrorView } from "./hardware.js";
+import { ImportCard, pathDialog } from "./import.js";
+import { JobTracker, failedJob, refocus } from "./jobs.js";
 
 const SWITCH_POLL_MS = 1500;
 const DEFAULT_MODEL = "smollm2"; // engine/catalog.py's DEFAULT_MODEL, used when the server does not name one

@@ -4,7 +4,7 @@
 // answers: while it is down or still being reached, /health may say nothing of it, and the
 // page would otherwise fall back to the local wording for a while.
 
-import { t } from "./i18n.js";
+import { t } from "../i18n.js";
 
 let seen = null; // the last backend /health named; a ready server without one drives none
 

@@ -8,10 +8,10 @@
 // entry, installed model, import form) and survives the page's re-renders, so a screen
 // reader's live region and the user's focus are not lost every 700 ms.
 
-import { get, post } from "./api.js";
-import { clear, formatBytes, h } from "./dom.js";
-import { t } from "./i18n.js";
-import { enc, errorText, newId } from "./models_common.js";
+import { get, post } from "../api.js";
+import { clear, formatBytes, h } from "../dom.js";
+import { t } from "../i18n.js";
+import { enc, errorText, newId } from "./common.js";
 
 const JOB_POLL_MS = 700;
 

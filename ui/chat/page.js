@@ -1,17 +1,18 @@
-// The chat page: the conversation list (search, rename, delete), the open conversation
-// with streamed Markdown answers, stop and regenerate, and the settings panel.
+// The chat page: the conversation list (conversations.js: search, rename, delete), the open
+// conversation with streamed Markdown answers, stop and regenerate, and the settings panel.
 // History lives on the server (/v1/conversations), so it survives a reload, another
 // browser, and a restart of flashdesk.
 
-import { ApiError, del, get, patch, post } from "./api.js";
-import { backendOf, welcomeText } from "./chat_backend.js";
-import { activeGeneration, generate, stopGeneration } from "./chat_generation.js";
-import { clean, rememberDefaults, savedDefaults, settingsPanel, switchModel } from "./chat_settings.js";
-import { detailsButton, summaryText } from "./chat_stats.js";
-import { tierNotice } from "./chat_tier_notice.js";
-import { clear, confirmDialog, copyText, h } from "./dom.js";
-import { errorText, language, t } from "./i18n.js";
-import { renderInto, renderMarkdown } from "./markdown.js";
+import { ApiError, del, get, patch, post } from "../api.js";
+import { clear, confirmDialog, copyText, h } from "../dom.js";
+import { errorText, t } from "../i18n.js";
+import { backendOf, welcomeText } from "./backend.js";
+import { ConversationList } from "./conversations.js";
+import { activeGeneration, generate, stopGeneration } from "./generation.js";
+import { renderInto, renderMarkdown } from "./markdown/render.js";
+import { clean, rememberDefaults, savedDefaults, settingsPanel, switchModel } from "./settings.js";
+import { detailsButton, summaryText } from "./stats.js";
+import { tierNotice } from "./tier_notice.js";
 
 const enc = encodeURIComponent;
 
@@ -26,14 +27,13 @@ class ChatPage {
     this.ctx = ctx;
     this.conversation = null; // {id, title, settings, messages}
     this.settings = savedDefaults();
-    this.search = "";
     this.aborter = new AbortController();
     this.build(root);
     this.offHealth = ctx.onHealth((health) => {
       this.updateComposer();
       this.messages.querySelector(".welcome-text")?.replaceChildren(welcomeText(health)); // local or backend
     });
-    this.loadList();
+    this.conversations.load();
     this.showTierNotice();
   }
 
@@ -46,17 +46,16 @@ class ChatPage {
   // -- layout -------------------------------------------------------------------------
 
   build(root) {
-    this.list = h("ul", { class: "conv-list", "aria-label": t("chat.conversations") });
-    this.searchBox = h("input", {
-      type: "search", placeholder: t("chat.search_placeholder"), "aria-label": t("chat.search"),
-      oninput: () => {
-        clearTimeout(this.searchTimer);
-        this.searchTimer = setTimeout(() => { this.search = this.searchBox.value.trim(); this.loadList(); }, 250);
+    this.conversations = new ConversationList({
+      current: () => this.conversation?.id,
+      navigate: this.ctx.navigate,
+      onTitle: (id, title) => {
+        if (this.conversation?.id !== id || this.conversation.title === title) return;
+        this.conversation.title = title;
+        this.setTitle(title);
       },
+      onError: (err) => this.note(t("common.error", { message: errorText(err) }), true),
     });
-    this.sidebar = h("aside", { class: "chat-sidebar", "aria-label": t("chat.conversations") },
-      h("button", { type: "button", class: "primary new-chat", onclick: () => this.ctx.navigate("#/chat") }, t("chat.new")),
-      this.searchBox, this.list);
 
     this.title = h("h1", { class: "chat-title" });
     this.settingsToggle = h("button", {
@@ -92,14 +91,14 @@ class ChatPage {
       h("div", { class: "chat-toolbar" }, this.sidebarToggle, this.title, this.settingsToggle), this.noticeSlot,
       this.messages, composer);
     this.settingsBox = h("aside", { id: "chat-settings", class: "chat-settings", hidden: true });
-    this.layout = h("div", { class: "chat-layout" }, this.sidebar, this.main, this.settingsBox);
+    this.layout = h("div", { class: "chat-layout" }, this.conversations.element, this.main, this.settingsBox);
     root.append(this.layout);
     root.addEventListener("keydown", (e) => {
       if (e.key === "Escape" && activeGeneration()) stopGeneration();
     });
   }
 
-  /** "This computer can run a stronger model" (chat_tier_notice.js), when it has something to say. */
+  /** "This computer can run a stronger model" (tier_notice.js), when it has something to say. */
   async showTierNotice() {
     const box = await tierNotice({ navigate: this.ctx.navigate, signal: this.aborter.signal });
     if (box && !this.aborter.signal.aborted) clear(this.noticeSlot, box);
@@ -143,81 +142,6 @@ class ChatPage {
     }
   }
 
-  // -- the conversation list -----------------------------------------------------------
-
-  async loadList() {
-    let rows;
-    try {
-      rows = (await get(`/v1/conversations?limit=100${this.search ? `&q=${enc(this.search)}` : ""}`)).data;
-    } catch (err) {
-      clear(this.list, h("li", { class: "error-box" }, t("common.error", { message: errorText(err) })));
-      return;
-    }
-    if (!rows.length) {
-      clear(this.list, h("li", { class: "muted empty" }, this.search ? t("chat.no_matches") : t("chat.no_conversations")));
-      return;
-    }
-    clear(this.list, rows.map((c) => this.listItem(c)));
-    const mine = rows.find((c) => c.id === this.conversation?.id);
-    if (mine && mine.title !== this.conversation.title) { // the server titles a chat from its first message
-      this.conversation.title = mine.title;
-      this.setTitle(mine.title);
-    }
-  }
-
-  listItem(c) {
-    const current = this.conversation?.id === c.id;
-    const link = h("a", { href: `#/chat/${enc(c.id)}`, class: "conv-link", "aria-current": current ? "page" : null },
-      h("span", { class: "conv-title" }, c.title || t("chat.untitled")),
-      h("span", { class: "conv-date" }, shortDate(c.updated_at)));
-    const item = h("li", { class: current ? "current" : "" }, link,
-      h("span", { class: "conv-actions" },
-        h("button", { type: "button", class: "ghost small", "aria-label": t("chat.rename_named", { title: c.title || t("chat.untitled") }),
-          onclick: () => this.rename(item, c) }, t("common.rename")),
-        h("button", { type: "button", class: "ghost small", "aria-label": t("chat.delete_named", { title: c.title || t("chat.untitled") }),
-          onclick: () => this.remove(c) }, t("common.delete"))));
-    return item;
-  }
-
-  rename(item, c) {
-    const input = h("input", { value: c.title, "aria-label": t("chat.rename_label"), maxlength: 200 });
-    let finished = false; // Enter (or Escape) and then the blur of the removed field: act once
-    const done = async (save) => {
-      if (finished) return;
-      finished = true;
-      if (save && input.value.trim() && input.value.trim() !== c.title) {
-        try {
-          await patch(`/v1/conversations/${enc(c.id)}`, { title: input.value.trim() });
-          if (this.conversation?.id === c.id) this.setTitle(input.value.trim());
-        } catch (err) {
-          this.note(t("common.error", { message: errorText(err) }), true);
-        }
-      }
-      this.loadList();
-    };
-    input.addEventListener("keydown", (e) => {
-      if (e.key === "Enter") { e.preventDefault(); done(true); }
-      if (e.key === "Escape") { e.stopPropagation(); done(false); }
-    });
-    input.addEventListener("blur", () => done(true), { once: true });
-    clear(item, input);
-    input.focus();
-    input.select();
-  }
-
-  async remove(c) {
-    const ok = await confirmDialog(t("chat.delete_confirm", { title: c.title || t("chat.untitled") }),
-      { ok: t("common.delete"), cancel: t("common.cancel"), danger: true });
-    if (!ok) return;
-    try {
-      await del(`/v1/conversations/${enc(c.id)}`);
-    } catch (err) {
-      this.note(t("common.error", { message: errorText(err) }), true);
-    }
-    if (this.conversation?.id === c.id) this.ctx.navigate("#/chat");
-    this.loadList();
-  }
-
   // -- one conversation ----------------------------------------------------------------
 
   async open(id) {
@@ -246,7 +170,7 @@ class ChatPage {
     if (!this.settingsBox.hidden) this.toggleSettings(true);
     this.attachGeneration();
     this.updateComposer();
-    this.loadList();
+    this.conversations.load();
     this.input.focus();
   }
 
@@ -319,7 +243,7 @@ class ChatPage {
     }
     this.renderMessages();
     this.startAnswer();
-    this.loadList();
+    this.conversations.load();
   }
 
   async regenerate() {
@@ -390,7 +314,7 @@ class ChatPage {
     }
     live.remove();
     this.updateComposer();
-    this.loadList();
+    this.conversations.load();
     this.input.focus();
   }
 
@@ -428,12 +352,4 @@ function markdownLabels() {
 
 function markdown(text) {
   return renderMarkdown(text, markdownLabels());
-}
-
-/** "14:05" today, else "Nov 28" (in the page's language). */
-function shortDate(iso) {
-  const d = new Date(iso);
-  if (Number.isNaN(d.getTime())) return "";
-  const today = new Date().toDateString() === d.toDateString();
-  return new Intl.DateTimeFormat(language(), today ? { timeStyle: "short" } : { month: "short", day: "numeric" }).format(d);
 }

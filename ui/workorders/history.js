@@ -5,11 +5,11 @@
 // The card keeps the rows it last loaded so that opening one needs no second request; the
 // page tells it which record is on screen (marked aria-current) and what Open does.
 
-import { apiKey, get } from "./api.js";
-import { download, h } from "./dom.js";
-import { errorText, formatTime, t } from "./i18n.js";
-import { isoDate } from "./workorder_files.js";
-import { fromAudit, statusBadge, templateName } from "./workorder_records.js";
+import { apiKey, get } from "../api.js";
+import { download, h } from "../dom.js";
+import { errorText, formatTime, t } from "../i18n.js";
+import { isoDate } from "./files.js";
+import { fromAudit, statusBadge, templateName } from "./records.js";
 
 const HISTORY_LIMIT = 20;
 

@@ -7,9 +7,9 @@
 // offers no choice and shows the backend's own figures instead (speculation.backend_counters);
 // its model is chosen there too, so the picker shows that one, fixed.
 
-import { get, post } from "./api.js";
-import { h } from "./dom.js";
-import { formatNumber, t } from "./i18n.js";
+import { get, post } from "../api.js";
+import { h } from "../dom.js";
+import { formatNumber, t } from "../i18n.js";
 
 const STORAGE_KEY = "flashdesk.chatSettings";
 export const DEFAULTS = { model: "", system: "", temperature: 0.7, max_tokens: 512, speculation: "auto" };

@@ -1,14 +1,14 @@
 // The cards of the Models page: one per installed model (its facts, speed-up, job and
 // buttons) and the call to download the default model when it is missing (the catalog's
-// cards are models_catalog.js). Functions that build DOM from the page's state; the buttons call the page's
+// cards are catalog.js). Functions that build DOM from the page's state; the buttons call the page's
 // actions (pull, useModel, pairDraft, removeDraft, deleteModel), which re-render.
 //
 // Every button carries a data-key, so the page's re-render can put focus back on it.
 
-import { formatBytes, h } from "./dom.js";
-import { formatTime, t } from "./i18n.js";
-import { newId } from "./models_common.js";
-import { speedNow } from "./models_hardware.js";
+import { formatBytes, h } from "../dom.js";
+import { formatTime, t } from "../i18n.js";
+import { newId } from "./common.js";
+import { speedNow } from "./hardware.js";
 
 /** "Download the recommended model": shown above everything while the default model is missing. */
 export function ctaCard(page, entry) {
