@@ -152,7 +152,7 @@ def speculative(model_path: str, draft: str | None, smoke: bool) -> dict:
     eng = Engine.load(model_path, EngineConfig(n_ctx=2048, n_parallel=4, n_threads=os.cpu_count() or 2,
                                                draft=draft, spec_inexact=True))
     try:
-        eng.curve_ready.wait(300)
+        eng.spec.curve_ready.wait(300)
 
         def run(spec, parallel):
             out = {}
@@ -163,7 +163,8 @@ def speculative(model_path: str, draft: str | None, smoke: bool) -> dict:
             return out
 
         plain = run(SpecParams(mode="off"), 1)
-        res = {"exact_at_load": eng.spec_exact, "why": eng.spec_exact_why, "max_rows": eng.max_rows, "runs": []}
+        ex = eng.spec.exactness
+        res = {"exact_at_load": ex.exact, "why": ex.why, "max_rows": ex.max_rows, "runs": []}
         for mode in ["lookup"] + (["dflash"] if "dflash" in eng.drafters else []):
             for parallel in (1, 4):
                 got = run(SpecParams(mode=mode, block=8), parallel)

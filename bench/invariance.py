@@ -71,7 +71,7 @@ def main() -> int:
     configs += [("dflash-walk B=8 x1", SpecParams(mode="dflash", selector="walk", block=8), 1),
                 ("dflash-dp B=8 x1", SpecParams(mode="dflash", selector="dp", block=8), 1),
                 ("auto x4", SpecParams(mode="auto"), 4)]
-    report = {"prompts": len(prompts), "max_tokens": a.max_tokens, "exact": eng.spec_exact, "configs": {}}
+    report = {"prompts": len(prompts), "max_tokens": a.max_tokens, "exact": eng.spec.exactness.exact, "configs": {}}
     failed = False
     try:
         plain = run(eng, prompts, SpecParams(mode="off"), a.max_tokens, 1)

@@ -158,7 +158,7 @@ def main() -> int:
                 for p, h in hs:
                     if [t for ev in h for t in ev.tokens] != plain_out[p["id"]]:
                         mismatches.append([p["id"], f"{name} x{a.parallel}"])
-        result["cost_curve_ms"] = [round(x, 3) for x in eng.costs.curve()] if eng.costs.ready else None
+        result["cost_curve_ms"] = [round(x, 3) for x in eng.spec.costs.curve()] if eng.spec.costs.ready else None
     finally:
         eng.close()
 

@@ -87,7 +87,7 @@ def main() -> int:
     elif a.draft != "none":
         draft, draft_kind = a.draft, a.draft
     eng = Engine.load(model.path, EngineConfig(n_ctx=2048, n_parallel=1, n_threads=a.threads, draft=draft))
-    assert eng.curve_ready.wait(300), "the verify-cost curve was not measured"  # else the chooser decodes plainly
+    assert eng.spec.curve_ready.wait(300), "the verify-cost curve was not measured"  # else the chooser decodes plainly
     by_cat: dict[str, list] = defaultdict(list)
     for p in dev_prompts():
         if len(by_cat[p.get("category", "misc")]) < a.prompts:

@@ -57,7 +57,7 @@ def main() -> int:
     model = pull(ModelStore(test_home()), "smollm2", progress=no_progress)
     draft = model.draft_path if a.draft == "auto" else None if a.draft == "none" else a.draft
     eng = Engine.load(model.path, EngineConfig(n_ctx=a.ctx, n_parallel=1, n_threads=a.threads, draft=draft))
-    assert eng.curve_ready.wait(300), "the verify-cost curve was not measured"  # else every mode decodes plainly
+    assert eng.spec.curve_ready.wait(300), "the verify-cost curve was not measured"  # else every mode decodes plainly
     template = (load_file(Path(a.template), "user") if a.template.endswith(".json")
                 else TemplateStore(None).get(a.template))
     modes = [m for m in a.modes.split(",") if m == "off" or m == "auto" or m in eng.drafters]

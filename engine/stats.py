@@ -1,5 +1,5 @@
-"""What an engine reports about itself across requests: its load now (`EngineStats`), its running
-totals (`Totals`) and its speculation (`speculation_facts`). The local engine and a backend
+"""What an engine reports about itself across requests: its load now (`EngineStats`), and its running
+totals (`Totals`). The local engine and a backend
 (server/remote.py) report the same types, so /health and /metrics read either without asking
 which engine they hold."""
 
@@ -10,7 +10,6 @@ import threading
 from dataclasses import dataclass
 
 from .request import StreamEvent
-from .speculative.params import DFLASH
 
 
 @dataclass(frozen=True)
@@ -54,18 +53,3 @@ class Totals:
         with self._lock:
             return dict(self._counts)
 
-
-def speculation_facts(engine) -> dict:
-    """What the local engine (engine.Engine) does with speculation: the drafters it has (and the
-    DFlash draft's kind), its default mode, whether speculation is exact on this build (`exact`, the
-    reason in `exact_why`) and on (`enabled`), on a banded build the most verify rows it stays exact
-    for (`max_rows`; None: any), the cost curve's state, and what it did for recent answers here."""
-    d = engine.drafters.get(DFLASH)
-    info = d.info if d is not None else None
-    draft = None if info is None else {"kind": info.kind, "block_size": info.block_size, "top_k": info.top_k}
-    return {
-        "drafters": sorted(engine.drafters), "default": engine.config.spec_mode,
-        "exact": engine.spec_exact, "exact_why": engine.spec_exact_why, "enabled": engine.spec_enabled,
-        "max_rows": engine.max_rows, "draft": draft,
-        "draft_error": engine.draft_error, "cost_curve": engine.cost_curve, "measured": engine.gain.as_dict(),
-    }

@@ -23,34 +23,26 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from . import prefix
+from .api import LOCAL
+from .errors import (ContextLengthExceeded, EngineStopped, GenerationFailed, InvalidRequest,
+                     ServerBusy)
+from .llama import ggml
 from .llama.chat_template import ChatTemplate
 from .llama.context import Context, ContextConfig
-from .errors import (ContextLengthExceeded, EngineError, EngineStopped, GenerationFailed, InvalidRequest,
-                     ServerBusy)
 from .llama.grammar import Grammar
-from .llama import ggml
 from .llama.model import Model, ModelInfo
 from .request import Completion, GenerationRequest, RequestHandle, StreamEvent
 from .sampling import SamplingParams
 from .slot import Slot
-from .api import LOCAL
-from .stats import EngineStats, Totals, speculation_facts
-from .speculative.costs import CostModel, FillIn
 from .speculative.drafters.base import Drafter
-from .speculative.drafters.dflash import DFlashDrafter
-from .speculative.drafters.combined import GrammarLookupDrafter, SpanDFlashDrafter
-from .speculative.drafters.grammar import GrammarDrafter
-from .speculative.drafters.lookup import PromptLookupDrafter
-from .speculative.loop import Stepper
-from .speculative.params import AUTO, OFF, MeasuredGain, SpecParams
-from .speculative.policy import Policy
-from .speculative.exactness import judge
+from .speculative.params import AUTO, OFF, SpecParams
+from .speculative.setup import DrafterFactory, Speculation
+from .stats import EngineStats, Totals
 
 log = logging.getLogger("flashdesk.engine")
-
-SAVE_EVERY_S = 60.0  # the learned decode costs are written beside the model at most this often
 
 
 @dataclass(frozen=True)
@@ -78,8 +70,10 @@ class Engine:
 
     capabilities = LOCAL
 
-    def __init__(self, model: Model, config: EngineConfig = EngineConfig(), stop: threading.Event | None = None):
-        """`stop`: once set, the start-up checks below give up (EngineStopped) instead of finishing."""
+    def __init__(self, model: Model, config: EngineConfig = EngineConfig(), stop: threading.Event | None = None,
+                 drafters: Iterable[Drafter | DrafterFactory] = ()):
+        """`stop`: once set, the start-up checks below give up (EngineStopped) instead of finishing.
+        `drafters`: speculative modes beside the built-in ones (engine/speculative/setup.py)."""
         self.model = model
         self.config = config
         # rollback: a recurrent memory keeps a state snapshot per token a verify's rejected tail can hold
@@ -90,49 +84,13 @@ class Engine:
             self.ctx.set_abort(stop.is_set)  # until the worker starts: its own flag stops it between steps
         self.chat_template = ChatTemplate(model, config.chat_template_vars) if model.info.has_chat_template else None
         self._slots = [Slot(i) for i in range(self.ctx.n_seq)]
-        self.policy = Policy(mode=config.spec_mode, selector=config.selector, block=config.spec_block,
-                             n_ctx=self.n_ctx, n_vocab=model.n_vocab)
-        self.drafters = self.policy.drafters  # name -> drafter: the speculative modes this engine has
-        self.records = self.policy.records
-        lookup, grammar = PromptLookupDrafter(), GrammarDrafter(model)
-        for drafter in (lookup, grammar, GrammarLookupDrafter(grammar, lookup)):
-            self.add_drafter(drafter)
-        self.draft_error: str | None = None  # why a configured draft is not in use
-        if config.draft:
-            self._load_draft(config.draft)
-        self._t_measure: float | None = None  # when the idle fill-in started
-        self.totals = Totals()  # for /metrics
-        # Speculation is only lossless when verify rows compute exactly like single tokens:
-        # measured once here, before the worker starts (the context is free). A patched GPU build
-        # is exact only for decodes of up to `max_rows` rows: the policy and the stepper keep to it.
-        exactness = judge(self.ctx, on_gpu=ggml.supports_gpu_offload() and config.n_gpu_layers != 0,
-                          block=config.spec_block)
-        self.spec_exact, self.spec_exact_why, self.max_rows = exactness.exact, exactness.why, exactness.max_rows
-        # spec_inexact accepts other numerics, never a memory that cannot roll back (corrupted state)
-        self.spec_enabled = self.policy.enabled = self.spec_exact or (config.spec_inexact and exactness.possible)
-        self.policy.max_rows = self.max_rows
-        self.policy.max_rollback = self.ctx.rollback
-        # The chooser prices paths from what decodes cost here, learned from every decode the
-        # stepper times (kept beside the model); the worker fills in the one-sequence rows traffic
-        # has not visited while it is idle, on its last sequence.
-        self.costs = self.policy.costs = CostModel.load(config.cost_cache, config.n_threads, ggml.build_id())
-        self._stepper = Stepper(self.ctx, self.max_rows, self.costs)
-        self._fill_in = FillIn(self.ctx, self.costs, seq_id=self.ctx.n_seq - 1) if self.spec_enabled else None
-        self._saved = time.monotonic()
-        self.gain = MeasuredGain()  # what speculation did for recent answers here (the Models page says it)
+        # the drafters, the exactness judge (measured here, before the worker starts) and the learned costs
+        self.spec = Speculation(model, self.ctx, config, drafters=drafters,
+                                on_gpu=ggml.supports_gpu_offload() and config.n_gpu_layers != 0)
+        self.drafters = self.spec.drafters  # name -> drafter: the speculative modes this engine has
         if stop is not None:
             self.ctx.set_abort(None)
-        self.curve_ready = threading.Event()  # set once c(1..16) of one sequence are all measured
-        if self.spec_enabled and not self.costs.missing():
-            self.curve_ready.set()
-            self._fill_in = None
-        if not exactness.possible:
-            log.warning("speculative decoding is off for this model: %s", self.spec_exact_why)
-        elif not self.spec_exact:
-            log.warning("speculative decoding would not be bit-identical to plain decoding here: %s %s",
-                        self.spec_exact_why, "It runs anyway (allowed by spec_inexact)." if self.spec_enabled
-                        else "It is off. HINT: --allow-inexact-speculation turns it on (output then follows "
-                             "the target's batched numerics, not plain decoding bit for bit).")
+        self.totals = Totals()  # for /metrics
         self._admission = threading.Lock()  # guards the three counts below (callers' threads and the worker)
         self._in_flight = 0  # submitted, final event not yet sent: running or waiting
         self._refused = 0  # ServerBusy so far
@@ -145,12 +103,13 @@ class Engine:
         self._thread.start()
 
     @classmethod
-    def load(cls, path: str, config: EngineConfig = EngineConfig(), stop: threading.Event | None = None) -> "Engine":
+    def load(cls, path: str, config: EngineConfig = EngineConfig(), stop: threading.Event | None = None,
+             drafters: Iterable[Drafter | DrafterFactory] = ()) -> "Engine":
         """`stop`: set it (from any thread) to give the load up within a fraction of a second."""
         model = Model(path, n_gpu_layers=config.n_gpu_layers, verbose=config.verbose,
                       stop=stop.is_set if stop is not None else None)
         try:
-            return cls(model, config, stop)
+            return cls(model, config, stop, drafters)
         except BaseException:
             model.close()
             raise
@@ -160,28 +119,6 @@ class Engine:
         return self.model.info
 
     # -- caller side -----------------------------------------------------------------
-
-    def _load_draft(self, path: str) -> None:
-        """Pair a DFlash draft (2 or v1); a draft that does not fit is refused and the engine runs without it."""
-        try:
-            drafter = DFlashDrafter(path, self.model, verbose=self.config.verbose)
-        except EngineError as e:
-            self.draft_error = e.message
-            log.error("DFlash draft not used: %s", e.message)
-            return
-        try:
-            self.add_drafter(drafter)
-        except EngineError as e:
-            drafter.close()
-            self.draft_error = e.message
-            log.error("DFlash draft not used: %s", e.message)
-            return
-        self.add_drafter(SpanDFlashDrafter(self.drafters[GrammarLookupDrafter.name], drafter))
-
-    def add_drafter(self, drafter: Drafter) -> None:
-        """Make `drafter` available as speculative mode `drafter.name` (before the first request)."""
-        drafter.attach(self.ctx)
-        self.policy.add(drafter)
 
     def render_chat(self, messages: list[dict]) -> str:
         if self.chat_template is None:
@@ -274,17 +211,8 @@ class Engine:
     def chat(self, messages: list[dict], **kw) -> Completion:
         return self.complete(self.render_chat(messages), **kw)
 
-    @property
-    def cost_curve(self) -> str:
-        """"ready": c(1..16) of one sequence are all timed; "learning": the chooser prices from the
-        decodes timed so far (every request speculates where that pays) while the idle fill-in
-        times the rest; "none": speculation is off here."""
-        if not self.spec_enabled:
-            return "none"
-        return "ready" if self.curve_ready.is_set() else "learning"
-
     def speculation(self) -> dict:
-        return speculation_facts(self)
+        return self.spec.facts()
 
     def stats(self) -> EngineStats:
         return EngineStats(active=sum(s.busy for s in self._slots), queued=self._queue.qsize() + len(self._waiting),
@@ -301,10 +229,7 @@ class Engine:
             self._closed = True
             self.stop()
             self._thread.join()
-            if self.spec_enabled:
-                self._save_costs()
-            for d in self.drafters.values():
-                d.close()  # draft contexts point into the target context: free them first
+            self.spec.close()  # its draft contexts point into the target context: freed first
             self.ctx.close()
             self.model.close()
 
@@ -325,8 +250,8 @@ class Engine:
                         for slot in self._slots:
                             if slot.busy:
                                 self._finish(slot, StreamEvent(error=GenerationFailed(f"engine error: {e}")))
-                elif self._fill_in is not None and self._queue.empty():
-                    self._fill_step()
+                elif self.spec.fill_in is not None and self._queue.empty():
+                    self.spec.fill_step(self._slots[-1])
         finally:
             stopped = EngineStopped("the engine stopped before this request finished")
             for slot in self._slots:
@@ -352,7 +277,7 @@ class Engine:
     def _admit(self) -> None:
         """Move queued requests into free slots; block only when there is nothing to do."""
         waiting = self._waiting
-        idle = not any(s.busy for s in self._slots) and not waiting and self._fill_in is None
+        idle = not any(s.busy for s in self._slots) and not waiting and self.spec.fill_in is None
         try:
             while True:
                 r = self._queue.get(block=idle)
@@ -365,8 +290,8 @@ class Engine:
         for req in [r for r in waiting if r.cancelled.is_set()]:  # a client that gave up frees its place now
             waiting.remove(req)
             req.sink(StreamEvent(finish_reason="cancelled"))
-        if waiting and self._fill_in is not None:
-            self._fill_in.pause()  # requests first: the fill-in goes on when the engine is idle again
+        if waiting and self.spec.fill_in is not None:
+            self.spec.fill_in.pause()  # requests first: the fill-in goes on when the engine is idle again
         while waiting:
             free = [s for s in self._slots if not s.busy]
             if not free:
@@ -378,13 +303,14 @@ class Engine:
             slot = prefix.best_slot(free, req.prompt_tokens)
             max_new = req.max_tokens or (self.n_ctx - len(req.prompt_tokens))
             try:
-                spec = self.policy.state_for(req.speculative, req.sampling, req.prompt_tokens, slot,
+                spec = self.spec.policy.state_for(req.speculative, req.sampling, req.prompt_tokens, slot,
                                              constrained=bool(req.grammar))
                 follows = spec is not None and spec.drafter.follows_kv  # a draft KV beside the target's
                 shared = prefix.common_prefix(slot.cached, req.prompt_tokens[:-1]) if follows else 0
                 reused = prefix.reuse(slot, self.ctx, req.prompt_tokens, spec.drafter if spec else None)
-                if shared > reused and self.costs.ready:  # a kept prompt decoded again for the draft: its upkeep
-                    spec.stats.upkeep_ms += self.costs.cost(shared - reused)
+                costs = self.spec.costs
+                if shared > reused and costs.ready:  # a kept prompt decoded again for the draft: its upkeep
+                    spec.stats.upkeep_ms += costs.cost(shared - reused)
             except Exception as e:  # a bug (a failed measurement, say): this request fails, the worker goes on
                 log.exception("could not start a request")
                 prefix.drop(slot, self.ctx)  # whatever it held may be half-overwritten
@@ -395,7 +321,7 @@ class Engine:
     def _step(self) -> None:
         active = [s for s in self._slots if s.busy]
         try:
-            committed = self._stepper.step(active)
+            committed = self.spec.stepper.step(active)
         except GenerationFailed as e:  # llama.cpp refused the batch: it left no trace in the cache
             for slot in active:
                 self._finish(slot, StreamEvent(error=e))
@@ -403,32 +329,6 @@ class Engine:
         for slot in active:
             if slot.seq_id in committed:
                 self._commit(slot, committed[slot.seq_id])
-
-    def _fill_step(self) -> None:
-        """One decode of the idle fill-in (only while no request runs or waits)."""
-        m = self._fill_in
-        if not m.primed:
-            prefix.drop(self._slots[m.seq_id], self.ctx)  # whatever this sequence kept: it is measured on
-            if self._t_measure is None:
-                self._t_measure = time.perf_counter()
-        try:
-            done = m.step()
-        except Exception:  # a failed decode: the chooser goes on with what traffic teaches it
-            log.exception("the idle measurement of decode costs failed; the chooser learns from requests alone")
-            self._fill_in = None
-            return
-        if done:
-            self._fill_in = None
-            self._save_costs()
-            if not self.curve_ready.is_set():
-                self.curve_ready.set()
-                log.info("measured this machine's decode costs, %.1f s after it began (c(1) %.1f ms, c(8) %.1f ms)",
-                         time.perf_counter() - self._t_measure, self.costs.cost(1), self.costs.cost(8))
-
-    def _save_costs(self) -> None:
-        if self.config.cost_cache:
-            self.costs.save(self.config.cost_cache)
-        self._saved = time.monotonic()
 
     def _commit(self, slot: Slot, tokens: list[int]) -> None:
         """Append this step's tokens in order; the first end condition discards the rest."""
@@ -458,13 +358,9 @@ class Engine:
     def _finish(self, slot: Slot, event: StreamEvent) -> None:
         """Send the final event; keep the committed KV as a prefix for the next request; free the slot."""
         event.usage = slot.usage()
-        if slot.spec is not None and self.costs.ready:
-            event.usage.speculation["speedup"] = slot.spec.stats.speedup(self.costs.cost(1))
-            self.gain.add(slot.spec.stats, self.costs.cost(1))
-        if self.spec_enabled and time.monotonic() - self._saved > SAVE_EVERY_S:
-            self._save_costs()  # what traffic taught survives a restart
-            if self._fill_in is None and self.costs.missing():  # rows unvisited for long: measured again when idle
-                self._fill_in = FillIn(self.ctx, self.costs, seq_id=self.ctx.n_seq - 1)
+        speedup = self.spec.finished(slot.spec)
+        if speedup is not None:
+            event.usage.speculation["speedup"] = speedup
         self.totals.count(event)
         slot.emit(event)
         prefix.keep(slot, self.ctx, ok=event.error is None)

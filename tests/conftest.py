@@ -73,7 +73,7 @@ def model_path(store) -> str:
 @pytest.fixture(scope="session")
 def engine(model_path):
     eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2))
-    assert eng.curve_ready.wait(120), "the verify-cost curve was not measured"
+    assert eng.spec.curve_ready.wait(120), "the verify-cost curve was not measured"
     yield eng
     eng.close()
 
@@ -82,13 +82,14 @@ DRAFT = ROOT / "engine" / "drafts" / "smollm2-dflash2.gguf"  # the trained DFlas
 
 
 @contextmanager
-def dflash_engine_on(model_path: str, draft: Path) -> Iterator[Engine]:
+def dflash_engine_on(model_path: str, draft: Path, drafters=()) -> Iterator[Engine]:
     """An engine drafting with the DFlash 2 draft at `draft`, 4 sequences, its verify-cost curve
-    measured (auto mode needs it); closed after."""
-    eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2, draft=str(draft)))
+    measured (auto mode needs it); closed after. `drafters`: a test's own, beside the engine's."""
+    eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2, draft=str(draft)),
+                      drafters=drafters)
     try:
-        assert "dflash" in eng.drafters, eng.draft_error
-        assert eng.curve_ready.wait(120), "the verify-cost curve was not measured"
+        assert "dflash" in eng.drafters, eng.spec.draft_error
+        assert eng.spec.curve_ready.wait(120), "the verify-cost curve was not measured"
         yield eng
     finally:
         eng.close()
@@ -97,7 +98,7 @@ def dflash_engine_on(model_path: str, draft: Path) -> Iterator[Engine]:
 @pytest.fixture(scope="module")
 def dflash_engine(model_path):
     """An engine with the shipped trained draft (DRAFT). One per module, not one per session: tests
-    add drafters to it and reset its speculation records."""
+    reset its speculation records (and a module that brings drafters of its own builds its own)."""
     with dflash_engine_on(model_path, DRAFT) as eng:
         yield eng
 

@@ -26,7 +26,10 @@ The step, one module per stage, joined by loop.py (Stepper.step):
   accept.py   accept: greedy acceptance and rejection sampling (native/)
   constrain.py  the request's grammar at each verify row
   (commit)    the worker appends committed tokens (engine/worker.py `_commit`)
-Policy, around the step:
+Around the step:
+  setup.py    what an engine speculates with, built once: the drafters, the exactness verdict,
+              the learned costs, the stepper (the worker asks it, never a drafter)
+  exactness.py  the load-time judge: is speculation lossless on this build and device
   policy.py   at admission: whether a request speculates, with which drafter and block
   state.py    per request: block length per step, acceptance estimates (and DrafterRecord)
   costs.py    what a decode costs here, learned from every decode (rows and sequences

@@ -51,6 +51,10 @@ class Policy:
         return min(MAX_BLOCK, self.max_rows or MAX_BLOCK, rollback)
 
     def add(self, drafter: Drafter) -> None:
+        """A new mode, before the first request; a name already taken is refused (it would orphan a
+        drafter that holds a context)."""
+        if drafter.name in self.drafters:
+            raise ValueError(f"a drafter named {drafter.name!r} is already here")
         self.drafters[drafter.name] = drafter
         self.records[drafter.name] = DrafterRecord()
 

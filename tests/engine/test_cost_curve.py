@@ -42,7 +42,7 @@ def test_a_fresh_install_speculates_from_its_first_requests_and_keeps_what_it_le
     eng = Engine.load(model_path, config)
     try:
         bad = watch_decodes(eng)
-        assert eng.cost_curve == "learning" and not eng.costs.ready
+        assert eng.spec.cost_curve == "learning" and not eng.spec.costs.ready
         # Four requests at once, right after the load, then four one after another: none waits for a
         # measurement, each speculates once its first plain decodes have timed c(1).
         out: dict[int, object] = {}
@@ -56,10 +56,10 @@ def test_a_fresh_install_speculates_from_its_first_requests_and_keeps_what_it_le
         assert [out[i].tokens for i in range(4)] == plain and [c.tokens for c in after] == plain
         assert all(c.usage.speculation and c.usage.speculation["mode"] == "lookup" for c in after)
         assert sum(c.usage.speculation["verifies"] for c in after) > 0  # learned enough to verify
-        assert eng.costs.ready and eng.costs.cells.get((4, 4)), "the 4-stream decodes were timed"
+        assert eng.spec.costs.ready and eng.spec.costs.cells.get((4, 4)), "the 4-stream decodes were timed"
 
-        assert eng.curve_ready.wait(120), "the idle fill-in never finished"
-        assert eng.cost_curve == "ready" and eng.costs.missing() == []
+        assert eng.spec.curve_ready.wait(120), "the idle fill-in never finished"
+        assert eng.spec.cost_curve == "ready" and eng.spec.costs.missing() == []
         assert bad == []
         assert eng.chat(ORDERS[0], sampling=GREEDY, max_tokens=32).tokens == plain[0]
     finally:
@@ -71,7 +71,7 @@ def test_a_fresh_install_speculates_from_its_first_requests_and_keeps_what_it_le
 
     again = Engine.load(model_path, config)  # the next start reads what was learned: ready at once
     try:
-        assert again.curve_ready.is_set() and again.cost_curve == "ready"
+        assert again.spec.curve_ready.is_set() and again.spec.cost_curve == "ready"
         first = again.chat(ORDERS[1], sampling=GREEDY, max_tokens=32)
         assert first.tokens == plain[1] and first.usage.speculation["mode"] == "lookup"
     finally:

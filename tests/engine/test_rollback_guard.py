@@ -31,8 +31,8 @@ def no_tail_removal(monkeypatch):
 def test_a_memory_that_cannot_drop_a_tail_keeps_speculation_off(model_path, no_tail_removal):
     eng = Engine.load(model_path, EngineConfig(n_ctx=512, n_parallel=1))
     try:
-        assert not eng.spec_exact and not eng.spec_enabled
-        assert "cannot remove rejected tokens" in eng.spec_exact_why and "plain speed" in eng.spec_exact_why
+        assert not eng.spec.exactness.exact and not eng.spec.enabled
+        assert "cannot remove rejected tokens" in eng.spec.exactness.why and "plain speed" in eng.spec.exactness.why
         prompt = "The order: 40 mugs, blue, printed with the shop logo. Deliver by Friday. Summary:"
         first = eng.complete(prompt, sampling=GREEDY, max_tokens=16)
         again = eng.complete(prompt + " Also", sampling=GREEDY, max_tokens=16)  # shares the first prompt

@@ -138,7 +138,7 @@ def test_the_pulled_pair_serves_losslessly(hub_env, files, tmp_path):
     for name in ("tiny2", "tiny1"):
         entry, eng = load_engine(Settings(home=str(home), model=name, ctx=512, parallel=2))
         try:
-            assert eng.draft_error is None and "dflash" in eng.drafters
+            assert eng.spec.draft_error is None and "dflash" in eng.drafters
             plain = [eng.complete(p, sampling=greedy, max_tokens=24, speculative=SpecParams(mode="off")).tokens
                      for p in prompts]
             hs = [eng.generate(p, sampling=greedy, max_tokens=24, speculative=SpecParams(mode="dflash", block=4))

@@ -49,13 +49,14 @@ class Tiny:
             draft = folder / f"{kind}.gguf"
             extra = {"selector_top_k": 4, "selector_rank": 8} if kind == "dflash2" else {}
             write_random_draft(draft, self.path, seed=3, kind=kind, block_size=8, n_layer=1, **extra)
-            self.engines[kind] = self._load(draft=str(draft))
-            assert "dflash" in self.engines[kind].drafters, self.engines[kind].draft_error
-        self.engines["plain"] = self._load(spec_mode="off")
+            # the drafters a test gives a path or the plain answers join before the engine starts
+            self.engines[kind] = self._load((FixedPathDrafter([]),), draft=str(draft))
+            assert "dflash" in self.engines[kind].drafters, self.engines[kind].spec.draft_error
+        self.engines["plain"] = self._load((OracleDrafter([]),), spec_mode="off")
 
-    def _load(self, **kw) -> Engine:
-        eng = Engine.load(str(self.path), EngineConfig(n_ctx=N_CTX, n_parallel=4, n_threads=2, **kw))
-        return eng
+    def _load(self, drafters, **kw) -> Engine:
+        return Engine.load(str(self.path), EngineConfig(n_ctx=N_CTX, n_parallel=4, n_threads=2, **kw),
+                           drafters=drafters)
 
     def close(self) -> None:
         for eng in self.engines.values():
@@ -129,7 +130,7 @@ def assert_same(plain: dict, got: dict[str, Completion], what: str, verified: bo
 def test_speculation_is_possible_on_it(tiny):
     for kind in ("dflash2", "dflash1"):
         eng = tiny.engines[kind]
-        assert eng.spec_exact and eng.spec_enabled, eng.spec_exact_why
+        assert eng.spec.exactness.exact and eng.spec.enabled, eng.spec.exactness.why
 
 
 @pytest.mark.parametrize("block", [2, 4, 8])
@@ -142,9 +143,8 @@ def test_lookup_is_lossless_4seq(tiny, prompts, plain, block):
 @pytest.mark.parametrize("concurrent", [True, False], ids=["4seq", "1seq"])
 def test_every_rollback_depth_is_lossless(tiny, prompts, plain, block, concurrent):
     eng = tiny.engines["plain"]
-    if "oracle" not in eng.drafters:
-        eng.add_drafter(OracleDrafter([eng.tokenize_prompt(eng.render_chat(p["messages"])) + plain[p["id"]]
-                                       for p in prompts]))
+    eng.drafters["oracle"].sequences = [eng.tokenize_prompt(eng.render_chat(p["messages"])) + plain[p["id"]]
+                                        for p in prompts]
     got = run(eng, prompts, SpecParams(mode="oracle", block=block), concurrent)
     total = assert_same(plain, got, f"{tiny.arch} oracle B={block}")
     assert 0 < total["accepted"] < total["drafted"], total
@@ -212,7 +212,7 @@ def test_sampling_on_a_recurrent_target_matches_plain_sampling(tiny):
     eng = tiny.engines["dflash2"]
     prompt = eng.render_chat([{"role": "user", "content": "Name a colour."}])
     greedy = eng.complete(prompt, sampling=GREEDY, max_tokens=3).tokens
-    eng.add_drafter(FixedPathDrafter(greedy[1:]))
+    eng.drafters["fixed"].path = greedy[1:]
 
     def draws(spec, seed0):
         return [eng.complete(prompt, max_tokens=3, speculative=spec,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import DRAFT, dflash_engine_on
 from engine import Completion
 from engine.speculative.drafters.combined import GrammarLookupDrafter, SpanDFlashDrafter
 from engine.speculative.params import SpecParams
@@ -67,10 +68,9 @@ class PlantedSpans(GrammarLookupDrafter):
 
     name = "planted"
 
-    def __init__(self, engine):
-        spans = engine.drafters["grammar+lookup"]
+    def __init__(self, model, spans: GrammarLookupDrafter):
         super().__init__(spans.grammar, spans.lookup)
-        self.model, self.calls, self.planted = engine.model, 0, {"grammar": 0, "lookup": 0}
+        self.model, self.calls, self.planted = model, 0, {"grammar": 0, "lookup": 0}
 
     def span(self, view, n_draft):
         tokens, sources = super().span(view, n_draft)
@@ -92,17 +92,28 @@ class PlantedSpans(GrammarLookupDrafter):
         return tokens[:n_draft], sources[:n_draft]
 
 
+def planted_spans(model, have) -> PlantedSpans:
+    return PlantedSpans(model, have["grammar+lookup"])  # free, as grammar+lookup: the longest path, priced after
+
+
+def planted_with_draft(model, have) -> SpanDFlashDrafter:
+    drafter = SpanDFlashDrafter(planted_spans(model, have), have["dflash"])
+    drafter.name = "planted+dflash"
+    drafter.record.rate = lambda source, agrees: 0.99  # the DP trusts the spans: the errors get verified
+    return drafter
+
+
+@pytest.fixture(scope="module")
+def dflash_engine(model_path):
+    """conftest's, with the planted drafters (made from the engine's own, before it starts)."""
+    with dflash_engine_on(model_path, DRAFT, drafters=(planted_spans, planted_with_draft)) as eng:
+        yield eng
+
+
 @pytest.mark.parametrize("with_draft", [False, True])
 def test_errors_planted_in_forced_and_copied_spans_are_rejected(dflash_engine, plain, with_draft):  # noqa: F811
-    planted = PlantedSpans(dflash_engine)
-    name = planted.name
-    if with_draft:
-        drafter = SpanDFlashDrafter(planted, dflash_engine.drafters["dflash"])
-        drafter.name = name = "planted+dflash"
-        drafter.record.rate = lambda source, agrees: 0.99  # the DP trusts the spans: the errors get verified
-        dflash_engine.add_drafter(drafter)
-    else:
-        dflash_engine.add_drafter(planted)  # free, as grammar+lookup: the longest path, priced after
+    name = "planted+dflash" if with_draft else PlantedSpans.name
+    planted = dflash_engine.drafters[name].spans if with_draft else dflash_engine.drafters[name]
     results = run_all(dflash_engine, SpecParams(mode=name, block=8))
     assert_invariant(plain, results)
     assert planted.planted["grammar"] > 0 and planted.planted["lookup"] > 0, planted.planted

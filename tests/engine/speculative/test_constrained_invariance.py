@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import dev_prompts
+from conftest import DRAFT, dev_prompts, dflash_engine_on
 from reference import greedy_reference
 from engine.speculative.drafters.base import Drafter
 from engine import Completion, SamplingParams
@@ -131,7 +131,10 @@ class WrongTokenOracle(Drafter):
 
     name = "grammar-oracle"
 
-    def __init__(self, answers: dict[tuple, list[int]]):
+    def __init__(self):
+        self.reset({})
+
+    def reset(self, answers: dict[tuple, list[int]]) -> None:
         self.answers, self.steps = answers, 0
 
     def propose(self, seqs, n_draft, unary=False):
@@ -161,9 +164,18 @@ class RandomDrafter(Drafter):
         return [Proposal([self.rng.randrange(49152) for _ in range(n_draft)]) for _ in seqs]
 
 
+@pytest.fixture(scope="module")
+def dflash_engine(model_path):
+    """conftest's, with this module's drafters: they join before the engine starts, and each test
+    gives them what it knows (the plain answers, a path)."""
+    with dflash_engine_on(model_path, DRAFT, drafters=(WrongTokenOracle(), RandomDrafter(), FixedPathDrafter([]))) \
+            as eng:
+        yield eng
+
+
 @pytest.mark.parametrize("block", [4, 8])
 def test_rejection_at_every_position_under_a_grammar(dflash_engine, plain, block):
-    dflash_engine.add_drafter(WrongTokenOracle({tuple(ids): out for ids, out in plain.values()}))
+    dflash_engine.drafters["grammar-oracle"].reset({tuple(ids): out for ids, out in plain.values()})
     results = run_all(dflash_engine, SpecParams(mode="grammar-oracle", block=block))
     assert_invariant(plain, results)
     accepted_at = [r.usage.speculation["acceptance_by_position"] for r in results.values()]
@@ -171,7 +183,6 @@ def test_rejection_at_every_position_under_a_grammar(dflash_engine, plain, block
 
 
 def test_forbidden_drafts_are_rejected_not_committed(dflash_engine, plain):
-    dflash_engine.add_drafter(RandomDrafter())
     results = run_all(dflash_engine, SpecParams(mode="random-tokens", block=4))
     assert_invariant(plain, results)
 
@@ -184,7 +195,7 @@ def test_closing_early_is_valid_and_lossless(dflash_engine, plain, mode):
     """close_within: from output token CLOSE_AT on, the grammar's closers win; the answer ends
     complete and valid, and speculation closes at exactly the same tokens."""
     if mode == "grammar-oracle":
-        dflash_engine.add_drafter(WrongTokenOracle({tuple(ids): out for ids, out in plain.values()}))
+        dflash_engine.drafters["grammar-oracle"].reset({tuple(ids): out for ids, out in plain.values()})
     runs = {}
     for m in ("off", mode):
         hs = {cid: dflash_engine.generate(dflash_engine.render_chat(msgs), sampling=GREEDY, max_tokens=64,
@@ -222,7 +233,7 @@ def colour_draws(eng, spec: SpecParams, grammar: str, seed0: int, wave: int = 4)
 def test_constrained_sampling_matches_plain_constrained_sampling(dflash_engine):
     grammar = compile_response_format({"type": "json_schema", "json_schema": {"name": "c", "schema": COLOURS}}).grammar
     greedy = dflash_engine.complete(PROMPT, max_tokens=12, sampling=GREEDY, grammar=grammar).tokens
-    dflash_engine.add_drafter(FixedPathDrafter(greedy[1:]))
+    dflash_engine.drafters["fixed"].path = greedy[1:]
     a = colour_draws(dflash_engine, SpecParams(mode="off"), grammar, 0)
     b = colour_draws(dflash_engine, SpecParams(mode="fixed", block=8), grammar, 50_000)
     assert len(a) >= 2, f"the target must spread its choices for this test to mean anything: {a}"

@@ -104,7 +104,7 @@ def run(eng: Engine, spec: SpecParams, grammar: str | None, concurrent: bool) ->
 @pytest.mark.parametrize("concurrent", [False, True], ids=["1seq", "4seq"])
 def test_greedy_speculation_on_the_q4_k_m_model_is_lossless(kquant_engine, mode, grammar, concurrent):
     eng = kquant_engine
-    assert eng.spec_exact and eng.max_rows == BAND, eng.spec_exact_why
+    assert eng.spec.exactness.exact and eng.spec.exactness.max_rows == BAND, eng.spec.exactness.why
     plain = run(eng, SpecParams(mode="off"), grammar, concurrent=False)
     got = run(eng, SpecParams(mode=mode, block=8), grammar, concurrent)
     bad = {k: next((i for i, (a, b) in enumerate(zip(plain[k], t)) if a != b), min(len(plain[k]), len(t)))

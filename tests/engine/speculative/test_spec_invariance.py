@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import dev_prompts
-from engine import Completion, SamplingParams
+from conftest import TEST_CTX, dev_prompts
+from engine import Completion, Engine, EngineConfig, SamplingParams
 from engine.speculative.drafters.base import Proposal, SeqView
 from engine.speculative.params import SpecParams
 from engine.speculative.drafters.base import Drafter
@@ -48,6 +48,16 @@ class OracleDrafter(Drafter):
 def prompts():
     ps = dev_prompts()
     return ps[::4]  # 15 of the 60 dev prompts, every category
+
+
+@pytest.fixture(scope="module")
+def oracle_engine(model_path):
+    """An engine like conftest's `engine`, with this module's drafters (they join before it starts;
+    each test gives the oracle the plain answers). Fixed blocks only: it needs no cost curve."""
+    eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2),
+                      drafters=(OracleDrafter(), FailingDrafter()))
+    yield eng
+    eng.close()
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +104,10 @@ def test_lookup_is_lossless(engine, prompts, plain, block, concurrent):
 
 @pytest.mark.parametrize("block", [2, 4, 8, 16])
 @pytest.mark.parametrize("concurrent", [False, True], ids=["1seq", "4seq"])
-def test_partial_acceptance_and_rollback_at_every_position(engine, prompts, plain, block, concurrent):
-    oracle = OracleDrafter()
-    oracle.answers = {tuple(ids): out for ids, out in plain.values()}
-    engine.add_drafter(oracle)
-    results = run_all(engine, prompts, SpecParams(mode="oracle", block=block), concurrent)
+def test_partial_acceptance_and_rollback_at_every_position(oracle_engine, prompts, plain, block, concurrent):
+    oracle = oracle_engine.drafters["oracle"]
+    oracle.answers, oracle.steps = {tuple(ids): out for ids, out in plain.values()}, 0
+    results = run_all(oracle_engine, prompts, SpecParams(mode="oracle", block=block), concurrent)
     assert_invariant(plain, results)
     stats = [r.usage.speculation for r in results.values()]
     accepted_at = [s["acceptance_by_position"] for s in stats if s["verifies"]]
@@ -111,8 +120,8 @@ def test_partial_acceptance_and_rollback_at_every_position(engine, prompts, plai
 def test_llama_build_is_batch_invariant(engine):
     """Measured at load: verify batches of 2..16 rows give the single-token logits bit for bit
     (llamafile's sgemm breaks that; scripts/setup.sh builds without it). CUDA does not."""
-    assert engine.spec_exact, f"{engine.spec_exact_why} (run scripts/setup.sh)"
-    assert engine.spec_enabled and "bit-identical" in engine.spec_exact_why
+    assert engine.spec.exactness.exact, f"{engine.spec.exactness.why} (run scripts/setup.sh)"
+    assert engine.spec.enabled and "bit-identical" in engine.spec.exactness.why
 
 
 def test_exactness_probe_leaves_the_context_as_it_found_it(model_path):
@@ -162,9 +171,8 @@ class FailingDrafter(Drafter):
         return [Proposal([1, 2, 3][:n_draft]) for _ in seqs]
 
 
-def test_a_failing_drafter_costs_speculation_not_requests(engine, prompts, plain):
-    engine.add_drafter(FailingDrafter())
-    results = run_all(engine, prompts[:4], SpecParams(mode="failing", block=4), concurrent=True)
+def test_a_failing_drafter_costs_speculation_not_requests(oracle_engine, prompts, plain):
+    results = run_all(oracle_engine, prompts[:4], SpecParams(mode="failing", block=4), concurrent=True)
     assert_invariant(plain, results)
     assert all(r.finish_reason in ("stop", "length") for r in results.values())
 

@@ -14,7 +14,8 @@ from collections import Counter
 
 import pytest
 
-from engine import SamplingParams
+from conftest import TEST_CTX
+from engine import Engine, EngineConfig, SamplingParams
 from engine.speculative.drafters.base import Proposal
 from engine.speculative.params import SpecParams
 from engine.speculative.drafters.base import Drafter
@@ -79,10 +80,15 @@ def plain(engine):
     return draws(engine, SpecParams(mode="off"), 0)
 
 
-def test_speculative_sampling_matches_plain_sampling(engine, plain):
+def test_speculative_sampling_matches_plain_sampling(engine, plain, model_path):
     greedy = engine.complete(PROMPT, max_tokens=MAX_TOKENS, sampling=SamplingParams(temperature=0)).tokens
-    engine.add_drafter(FixedPathDrafter(greedy[1:]))  # the likeliest path: accepted often, not always
-    spec = draws(engine, SpecParams(mode="fixed", block=3), 100_000)
+    # the likeliest path: accepted often, not always (a drafter joins an engine before it starts)
+    fixed = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2),
+                        drafters=(FixedPathDrafter(greedy[1:]),))
+    try:
+        spec = draws(fixed, SpecParams(mode="fixed", block=3), 100_000)
+    finally:
+        fixed.close()
     for pos in (1, 2):  # the positions that went through acceptance
         a = Counter(t[pos] for t in plain if len(t) > pos)
         b = Counter(t[pos] for t in spec if len(t) > pos)

@@ -1,0 +1,201 @@
+"""What an engine speculates with, built in one place: the speculative package's composition root.
+
+What it is: `Speculation(model, ctx, config)` makes the drafters (prompt lookup, the grammar's
+forced spans, both together, and with a paired DFlash draft that draft and the spans over it),
+judges once whether speculation is lossless on this build and device (exactness.py, before the
+worker starts, while the context is free), loads the decode costs learned here (costs.py) and
+builds the stepper that runs every step. It holds the one `Exactness`, the policy that answers
+each request at admission, the idle fill-in of the cost curve, and what speculation did for recent
+answers. The worker admits, steps and commits; it asks this object, never a drafter.
+
+What it is not: the step (loop.py) or the choice per request (policy.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Iterable, Mapping, Protocol
+
+from .. import prefix
+from ..errors import EngineError
+from ..llama import ggml
+from ..llama.context import Context
+from ..llama.model import Model
+from .costs import CostModel, FillIn
+from .drafters.base import Drafter
+from .drafters.combined import GrammarLookupDrafter, SpanDFlashDrafter
+from .drafters.dflash import DFlashDrafter
+from .drafters.grammar import GrammarDrafter
+from .drafters.lookup import PromptLookupDrafter
+from .exactness import judge
+from .loop import Stepper
+from .params import DFLASH, MeasuredGain
+from .policy import Policy
+
+log = logging.getLogger("flashdesk.engine")
+
+SAVE_EVERY_S = 60.0  # the learned decode costs are written beside the model at most this often
+
+# A drafter made from the engine's model and the drafters it has so far (one that wraps the DFlash draft)
+DrafterFactory = Callable[[Model, Mapping[str, Drafter]], Drafter]
+
+
+class SpecConfig(Protocol):
+    """The engine settings speculation reads (engine.EngineConfig has them all)."""
+    spec_mode: str
+    selector: str
+    spec_block: int
+    draft: str | None
+    spec_inexact: bool
+    cost_cache: str | None
+    n_threads: int
+    verbose: bool
+
+
+class Speculation:
+    def __init__(self, model: Model, ctx: Context, config: SpecConfig, *, on_gpu: bool,
+                 drafters: Iterable[Drafter | DrafterFactory] = ()):
+        """`drafters`: modes beside the built-in ones (tests bring oracles), each a drafter or a factory,
+        added after the built-in ones and before the worker starts: no request sees the set change."""
+        self.ctx, self.config = ctx, config
+        self.policy = Policy(mode=config.spec_mode, selector=config.selector, block=config.spec_block,
+                             n_ctx=ctx.n_ctx_seq, n_vocab=model.n_vocab)
+        self.drafters = self.policy.drafters  # name -> drafter: the speculative modes this engine has
+        lookup, grammar = PromptLookupDrafter(), GrammarDrafter(model)
+        for drafter in (lookup, grammar, GrammarLookupDrafter(grammar, lookup)):
+            self._add(drafter)
+        self.draft_error: str | None = None  # why a configured draft is not in use
+        if config.draft:
+            self._load_draft(model, config.draft)
+        for extra in drafters:
+            self._add(extra if isinstance(extra, Drafter) else extra(model, self.drafters))
+        # Speculation is only lossless when verify rows compute exactly like single tokens. A patched
+        # GPU build is exact only for decodes of up to `max_rows` rows: the policy and the stepper keep to it.
+        self.exactness = judge(ctx, on_gpu=on_gpu, block=config.spec_block)
+        # spec_inexact accepts other numerics, never a memory that cannot roll back (corrupted state)
+        self.enabled = self.policy.enabled = (self.exactness.exact
+                                              or (config.spec_inexact and self.exactness.possible))
+        self.policy.max_rows = self.exactness.max_rows
+        self.policy.max_rollback = ctx.rollback
+        # The chooser prices paths from what decodes cost here, learned from every decode the stepper
+        # times (kept beside the model); the fill-in times the one-sequence rows traffic has not
+        # visited while the engine is idle, on its last sequence.
+        self.costs = self.policy.costs = CostModel.load(config.cost_cache, config.n_threads, ggml.build_id())
+        self.stepper = Stepper(ctx, self.exactness.max_rows, self.costs)
+        self.gain = MeasuredGain()  # what speculation did for recent answers here (the Models page says it)
+        self.curve_ready = threading.Event()  # set once c(1..16) of one sequence are all measured
+        self.fill_in: FillIn | None = None
+        if self.enabled and self.costs.missing():
+            self.fill_in = FillIn(ctx, self.costs, seq_id=ctx.n_seq - 1)
+        elif self.enabled:
+            self.curve_ready.set()
+        self._t_measure: float | None = None  # when the idle fill-in started
+        self._saved = time.monotonic()
+        self._warn()
+
+    def _add(self, drafter: Drafter) -> None:
+        drafter.attach(self.ctx)
+        self.policy.add(drafter)
+
+    def _load_draft(self, model: Model, path: str) -> None:
+        """Pair a DFlash draft (2 or v1); a draft that does not fit is refused and the engine runs without it."""
+        drafter = None
+        try:
+            drafter = DFlashDrafter(path, model, verbose=self.config.verbose)
+            self._add(drafter)
+        except EngineError as e:
+            if drafter is not None:
+                drafter.close()
+            self.draft_error = e.message
+            log.error("DFlash draft not used: %s", e.message)
+            return
+        self._add(SpanDFlashDrafter(self.drafters[GrammarLookupDrafter.name], drafter))
+
+    def _warn(self) -> None:
+        why = self.exactness.why
+        if not self.exactness.possible:
+            log.warning("speculative decoding is off for this model: %s", why)
+        elif not self.exactness.exact:
+            log.warning("speculative decoding would not be bit-identical to plain decoding here: %s %s",
+                        why, "It runs anyway (allowed by spec_inexact)." if self.enabled
+                        else "It is off. HINT: --allow-inexact-speculation turns it on (output then follows "
+                             "the target's batched numerics, not plain decoding bit for bit).")
+
+    @property
+    def cost_curve(self) -> str:
+        """"ready": c(1..16) of one sequence are all timed; "learning": the chooser prices from the
+        decodes timed so far (every request speculates where that pays) while the idle fill-in
+        times the rest; "none": speculation is off here."""
+        if not self.enabled:
+            return "none"
+        return "ready" if self.curve_ready.is_set() else "learning"
+
+    def facts(self) -> dict:
+        """What this engine does with speculation, as /health publishes it (engine/api.py
+        EngineAPI.speculation): the drafters it has (and the DFlash draft's kind), its default mode,
+        whether speculation is exact on this build (`exact`, the reason in `exact_why`) and on
+        (`enabled`), on a banded build the most verify rows it stays exact for (`max_rows`; None: any),
+        the cost curve's state, and what it did for recent answers here."""
+        d = self.drafters.get(DFLASH)
+        info = d.info if d is not None else None
+        draft = None if info is None else {"kind": info.kind, "block_size": info.block_size, "top_k": info.top_k}
+        ex = self.exactness
+        return {
+            "drafters": sorted(self.drafters), "default": self.config.spec_mode,
+            "exact": ex.exact, "exact_why": ex.why, "enabled": self.enabled, "max_rows": ex.max_rows,
+            "draft": draft, "draft_error": self.draft_error, "cost_curve": self.cost_curve,
+            "measured": self.gain.as_dict(),
+        }
+
+    # -- worker thread only, from here on ---------------------------------------------
+
+    def fill_step(self, slot) -> None:
+        """One decode of the idle fill-in, on `slot`'s sequence (the last; only while no request runs or waits)."""
+        m = self.fill_in
+        if not m.primed:
+            prefix.drop(slot, self.ctx)  # whatever this sequence kept: it is measured on
+            if self._t_measure is None:
+                self._t_measure = time.perf_counter()
+        try:
+            done = m.step()
+        except Exception:  # a failed decode: the chooser goes on with what traffic teaches it
+            log.exception("the idle measurement of decode costs failed; the chooser learns from requests alone")
+            self.fill_in = None
+            return
+        if done:
+            self.fill_in = None
+            self.save_costs()
+            if not self.curve_ready.is_set():
+                self.curve_ready.set()
+                log.info("measured this machine's decode costs, %.1f s after it began (c(1) %.1f ms, c(8) %.1f ms)",
+                         time.perf_counter() - self._t_measure, self.costs.cost(1), self.costs.cost(8))
+
+    def finished(self, spec) -> float | None:
+        """A request ended (`spec`: its SpecState, None if it decoded plainly): count what it gained, keep
+        what traffic taught (written at most every SAVE_EVERY_S, so it survives a restart), and measure
+        rows unvisited for long again when idle. Returns its estimated speed-up (None: unknown)."""
+        speedup = None
+        if spec is not None and self.costs.ready:
+            speedup = spec.stats.speedup(self.costs.cost(1))
+            self.gain.add(spec.stats, self.costs.cost(1))
+        if self.enabled and time.monotonic() - self._saved > SAVE_EVERY_S:
+            self.save_costs()
+            if self.fill_in is None and self.costs.missing():
+                self.fill_in = FillIn(self.ctx, self.costs, seq_id=self.ctx.n_seq - 1)
+        return speedup
+
+    def save_costs(self) -> None:
+        if self.config.cost_cache:
+            self.costs.save(self.config.cost_cache)
+        self._saved = time.monotonic()
+
+    def close(self) -> None:
+        """Keep what was learned, and free the drafters (draft contexts point into the target context:
+        before it is freed)."""
+        if self.enabled:
+            self.save_costs()
+        for d in self.drafters.values():
+            d.close()
+
