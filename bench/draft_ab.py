@@ -40,7 +40,8 @@ drop_callers_settings()
 
 def run_arm(target: str, data: list[str], work: Path, overrides: dict, minutes: float, eval_seqs: int) -> dict:
     """One arm in this process: train for `minutes`, export its draft, report the evaluations."""
-    from draft_training.train import TrainConfig, Trainer
+    from draft_training.recipe import TrainConfig
+    from draft_training.train import Trainer
 
     overrides = dict(overrides)
     data = overrides.pop("data", data)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .data import Shards
+from .shards import Shards
 
 
 @dataclass

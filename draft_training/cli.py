@@ -127,7 +127,8 @@ def run(a) -> int:
 def _prompt_mix(a, target, work: Path) -> list[dict]:
     """Built-in prompts, the target's own (written once, kept in the work folder so a resumed run
     asks the same ones) and the user's files."""
-    from .prompts import builtin_prompts, file_prompts
+    from .prompts import builtin_prompts
+    from .user_prompts import file_prompts
 
     prompts = builtin_prompts(a.builtin, seed=a.seed)
     if a.self_prompts:
@@ -156,7 +157,7 @@ def capture_stage(a, target, work: Path) -> dict | None:
     from gguf_tools import check_gguf
     from gguf_tools.dflash import default_target_layers
 
-    from .data import CaptureConfig, capture
+    from .capture import CaptureConfig, capture
 
     taps = default_target_layers(int(check_gguf(target.path).metadata[f"{target.architecture}.block_count"]))
     prompts = _prompt_mix(a, target, work)
@@ -190,7 +191,8 @@ def train_stage(a, target, work: Path, init_from: str | None):
     (the checkpoint is saved)."""
     from tqdm import tqdm
 
-    from .train import TrainConfig, Trainer
+    from .recipe import TrainConfig
+    from .train import Trainer
 
     print(f"2/3 training for {a.budget / 60:.0f} min (checkpoints in {work / 'train'})"
           + (f", continuing {Path(init_from).name}" if init_from else ""), flush=True)

@@ -18,7 +18,7 @@ so asking for a zh share from it mostly costs attempts.
 The pre-query is derived from the template itself: render a one-user-message conversation
 whose content is a sentinel and cut at the sentinel. No template is written out here.
 
-What it is not: the answers (data.py captures them like any prompt) or the built-in
+What it is not: the answers (capture.py captures them like any prompt) or the built-in
 generator (prompts.py, whose prompt shape this returns: {"id", "category": "self", "lang",
 "messages": [{"role": "user", "content"}]}).
 """
@@ -34,7 +34,7 @@ from engine.llama.chat_template import ChatTemplate
 from engine.llama.context import Context, ContextConfig
 from engine.llama.model import Model
 
-from .data import looping
+from .capture import looping
 
 SENTINEL = "\u2063SELF-PROMPT\u2063"  # content no real message has; the cut point
 ZH_OPENERS = ("請幫我", "請問", "我想請問", "可以幫我寫一封", "幫我整理", "請用繁體中文", "我們公司", "客戶問",

@@ -17,7 +17,7 @@ What it puts in .gpu/:
 `--configure` also runs CMake's configure step (no compile) on the trimmed tree with CUDA on,
 here, with this machine's nvcc: it proves the trimming kept every file CMake asks for.
 
-What it is not: the device side (draft_training/gpu_run.py) or the sdist's patching itself.
+What it is not: the device side (draft_training/gpu_run.py, gpu_machine.py) or the sdist's patching itself.
 """
 
 from __future__ import annotations
@@ -136,11 +136,11 @@ def configure(src: Path) -> None:
     """CMake's configure step with the device's flags, nothing compiled: every file CMake reads is
     there. This machine has nvcc but no cuBLAS, so generation fails on `CUDA::cublas` alone; any
     other error (a source file or folder trimming removed) fails the check."""
-    from draft_training import gpu_run
+    from draft_training import gpu_machine
 
     with tempfile.TemporaryDirectory() as b:
         cmd = (f"cmake -S {src} -B {b} -DCMAKE_BUILD_TYPE=Release -DSKBUILD_PLATLIB_DIR={b}/site "
-               f"{gpu_run.LLAMA_FLAGS}")
+               f"{gpu_machine.LLAMA_FLAGS}")
         r = subprocess.run(cmd, shell=True, capture_output=True, text=True)
     errors = [e for e in r.stderr.split("CMake Error")[1:] if "CUDA::cublas" not in e]
     if errors or (r.returncode and "CUDA::cublas" not in r.stderr):

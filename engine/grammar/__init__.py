@@ -5,7 +5,8 @@ The wing's rooms, from the entry down:
 - rules.py: rewrites and exact rules the walk uses (types split per keyword, integer ranges);
 - number.py and string.py: a number's or a string's language when its keywords go past the
   converter's (bounds with multipleOf; pattern, format and lengths together);
-- regex.py: regular languages as automata, and an automaton as GBNF;
+- regex.py: a Python regex as an automaton (the language of a "pattern");
+- automaton.py: automata algebra (intersect, contains, minimal), and an automaton as GBNF;
 - splice.py: our rules written into the converter's grammar;
 - gbnf.py: a GBNF recognizer in Python, which text a grammar forces next (the grammar drafter's).
 

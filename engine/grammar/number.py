@@ -2,9 +2,9 @@
 
 What it is: `language(body)` returns the DFA of the JSON numbers a node with "type": "number"
 (and bounds or an integer multipleOf) or "type": "integer" with multipleOf may take, built from
-small regular languages and intersected (regex.py). Integers with bounds alone keep the exact
+small regular languages and intersected (regex.py, automaton.py). Integers with bounds alone keep the exact
 range rule of rules.integer_gbnf.
-What it is not: the walk (schema.py) or the automata (regex.py).
+What it is not: the walk (schema.py) or the automata (regex.py, automaton.py).
 
 Numbers written, stricter than the schema so output stays valid: no exponent, no leading zeros,
 no "-0" (nor -0.0), at most 15 digits in all, so that two different numbers written are two
@@ -25,8 +25,9 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 
-from . import rules
+from . import automaton
 from . import regex
+from . import rules
 
 MAX_SIGNIFICANT = 15
 MAX_MULTIPLE = 1000
@@ -45,32 +46,32 @@ def needs_language(body: dict) -> bool:
         (t == "integer" and "multipleOf" in body)
 
 
-def language(body: dict) -> regex.DFA:
+def language(body: dict) -> automaton.DFA:
     integer = body.get("type") == "integer"
     parts = [INTEGER if integer else NUMBER, NO_MINUS_ZERO] + ([] if integer else [FIFTEEN])
     dfa = regex.search_dfa(parts[0])
     try:
         for p in parts[1:]:
-            dfa = regex.intersect(dfa, regex.search_dfa(p))
+            dfa = automaton.intersect(dfa, regex.search_dfa(p))
         if integer:  # the exact range rule, read as the regex it is
             lo, hi = rules.integer_range(body)
             exact = "^(" + rules.integer_gbnf(lo, hi).replace('"', "").replace(" ", "") + ")$"
-            dfa = regex.intersect(dfa, regex.search_dfa(exact))
+            dfa = automaton.intersect(dfa, regex.search_dfa(exact))
         else:
             for key in rules.BOUNDS:
                 if key in body:
-                    dfa = regex.intersect(dfa, regex.search_dfa(_bound(key, body[key])))
+                    dfa = automaton.intersect(dfa, regex.search_dfa(_bound(key, body[key])))
         if "multipleOf" in body:
-            dfa = regex.intersect(dfa, regex.search_dfa(INTEGER))
-            dfa = regex.intersect(dfa, _multiples(_multiple(body["multipleOf"])))
+            dfa = automaton.intersect(dfa, regex.search_dfa(INTEGER))
+            dfa = automaton.intersect(dfa, _multiples(_multiple(body["multipleOf"])))
     except ValueError as e:
         if isinstance(e, rules.Refused):
             raise
-        if isinstance(e, regex.TooComplex):
+        if isinstance(e, automaton.TooComplex):
             key = "multipleOf" if "multipleOf" in body else next(k for k in rules.BOUNDS if k in body)
             raise rules.Refused(key, "too complex for a grammar") from None
         raise rules.Refused(next(k for k in rules.BOUNDS if k in body), str(e)) from None
-    if regex.is_empty(dfa):
+    if automaton.is_empty(dfa):
         raise rules.Refused(next((k for k in (*rules.BOUNDS, "multipleOf") if k in body)), "no number can match")
     return dfa
 
@@ -86,7 +87,7 @@ def _multiple(m) -> int:
     return int(m)
 
 
-def _multiples(m: int) -> regex.DFA:
+def _multiples(m: int) -> automaton.DFA:
     """An optional "-", then digits whose value is 0 mod m (the shape comes from the other parts).
     State 0 is the start, 1 + r the residue r of the digits so far."""
     rows = []
@@ -94,9 +95,9 @@ def _multiples(m: int) -> regex.DFA:
         by: dict[int, list] = {}
         for d in range(10):
             by.setdefault(1 + (10 * r + d) % m, []).append((ord("0") + d, ord("0") + d))
-        rows.append(tuple((regex.charset(cs), t) for t, cs in sorted(by.items())))
+        rows.append(tuple((automaton.charset(cs), t) for t, cs in sorted(by.items())))
     start = (((ord("-"), ord("-")),), 1), *rows[0]
-    return regex.minimal([start, *rows], {1})  # 1000 residues -> 4 states: "ends in 000"
+    return automaton.minimal([start, *rows], {1})  # 1000 residues -> 4 states: "ends in 000"
 
 
 def _bound(key: str, value) -> str:

@@ -18,7 +18,7 @@ properties, required, additionalProperties. Arrays: items + minItems/maxItems (<
 prefixItems (or draft-7 list items). Strings ("type": "string"): minLength/maxLength (<= 2000);
 format date, time, date-time, uuid, email, ipv4; pattern (any regex whose language is regular:
 no backreferences, lookaround or flags), each alone or together: the grammar enforces the strings
-all of them accept, an automaton we build (string.py, regex.py), or the
+all of them accept, an automaton we build (string.py, regex.py, automaton.py), or the
 converter's own format rule when the others take every string of the format. Integers: minimum,
 maximum, exclusiveMinimum, exclusiveMaximum (an exact GBNF range we write, as the converter
 ignores bounds), multipleOf (an integer <= 1000). Numbers ("type": "number"): the same bounds and

@@ -6,15 +6,15 @@ const `placeholder(i)`; once the converter has written the grammar, `splice` rep
 it wrote for that const with our expression and appends our rules, named with a prefix no rule of
 the converter's starts with. `integer_rule`, `number` and `string` are the writers.
 What it is not: what the rules say (rules.integer_gbnf, number.py,
-string.py, regex.to_gbnf) or the walk that decides where they go.
+string.py, automaton.to_gbnf) or the walk that decides where they go.
 """
 
 from __future__ import annotations
 
 import json
 
+from . import automaton
 from . import rules
-from . import regex
 
 SENTINEL = "\x01flashdesk-rule-{}"  # schema._literal_ok keeps \x01 out of users' consts
 
@@ -46,9 +46,9 @@ def integer_rule(lo: int, hi: int):
     return lambda name: (f"({rules.integer_gbnf(lo, hi)}) space", [])  # space: as the converter's integer
 
 
-def number(dfa: regex.DFA):
-    return lambda name: (f"{name} space", regex.to_gbnf(dfa, name, json_string=False))
+def number(dfa: automaton.DFA):
+    return lambda name: (f"{name} space", automaton.to_gbnf(dfa, name, json_string=False))
 
 
-def string(dfa: regex.DFA):
-    return lambda name: (f'"\\"" {name} "\\"" space', regex.to_gbnf(dfa, name))
+def string(dfa: automaton.DFA):
+    return lambda name: (f'"\\"" {name} "\\"" space', automaton.to_gbnf(dfa, name))

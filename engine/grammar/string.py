@@ -7,7 +7,7 @@ exactly the right rule (a format alone, or a format whose language lies inside t
 The rule is general, decided on the languages and never on the regex text: the enforced language
 is the intersection of every keyword's, and when that equals a format's own language the
 converter's format rule is used as is.
-What it is not: the fail-closed walk (schema.py) nor the regex automata (regex.py).
+What it is not: the fail-closed walk (schema.py) nor the regex automata (regex.py, automaton.py).
 
 Formats as regexes: time and uuid are the languages of the converter's own rules
 (llama_grammar.STRING_FORMAT_RULES, PRIMITIVE_RULES["uuid"]; tests check both ways with the
@@ -23,8 +23,9 @@ ipaddress and jsonschema's checker read it), so every string written is valid.
 
 from __future__ import annotations
 
-from . import rules
+from . import automaton
 from . import regex
+from . import rules
 
 _YEAR = "([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"  # 0001-9999, as Python's date
 _LEAP = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)"  # 0000 is no year
@@ -54,7 +55,7 @@ def needs_language(body: dict) -> bool:
                                                        or "maxLength" in body))
 
 
-def language(body: dict, max_length: int) -> regex.DFA | None:
+def language(body: dict, max_length: int) -> automaton.DFA | None:
     """The node's language, or None when the converter's rule for its format is exact."""
     parts = []
     fmt = body.get("format")
@@ -70,7 +71,7 @@ def language(body: dict, max_length: int) -> regex.DFA | None:
             parts.append(("pattern", regex.search_dfa(pattern)))
         except regex.Unsupported as e:
             raise rules.Refused("pattern", f"{pattern!r}: {e}") from None
-        except regex.TooComplex:
+        except automaton.TooComplex:
             raise rules.Refused("pattern", f"{pattern!r} is too complex for a grammar") from None
     lo, hi = int(body.get("minLength", 0)), body.get("maxLength")
     for key, n in (("minLength", lo), ("maxLength", hi)):
@@ -79,18 +80,18 @@ def language(body: dict, max_length: int) -> regex.DFA | None:
     if hi is not None and lo > int(hi):
         raise rules.Refused("minLength", "is above maxLength: no string can match")
     if lo or hi is not None:
-        parts.append(("minLength" if lo else "maxLength", regex.length_dfa(lo, None if hi is None else int(hi))))
+        parts.append(("minLength" if lo else "maxLength", automaton.length_dfa(lo, None if hi is None else int(hi))))
     enforced = parts[0][1]
     try:
         for key, part in parts[1:]:
-            enforced = regex.intersect(enforced, part)
-            if regex.is_empty(enforced):
+            enforced = automaton.intersect(enforced, part)
+            if automaton.is_empty(enforced):
                 others = ", ".join(k for k, _ in parts if k != key)
                 raise rules.Refused(key, f"no string matches it together with {others}")
-    except regex.TooComplex:
+    except automaton.TooComplex:
         raise rules.Refused(parts[-1][0], f"together with {parts[0][0]} it is too complex for a grammar") from None
-    if regex.is_empty(enforced):
+    if automaton.is_empty(enforced):
         raise rules.Refused(parts[0][0], "no string matches it")
-    if fmt in CONVERTER_FORMATS and regex.contains(enforced, parts[0][1]):
+    if fmt in CONVERTER_FORMATS and automaton.contains(enforced, parts[0][1]):
         return None  # every string of the format passes the rest: the converter's rule is exact
     return enforced

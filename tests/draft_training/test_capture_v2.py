@@ -15,8 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from draft_training.batches import block_labels, make_batch  # noqa: E402
-from draft_training.data import (CaptureConfig, Shards, add_topk, capture, derived_argmax,  # noqa: E402
-                                 top_logprobs)
+from draft_training.capture import CaptureConfig, capture  # noqa: E402
+from draft_training.shards import Shards, derived_argmax  # noqa: E402
+from draft_training.topk import add_topk, top_logprobs  # noqa: E402
 from engine.llama.context import Context, ContextConfig  # noqa: E402
 from engine.llama.model import Model  # noqa: E402
 from tests.draft_training.tiny import PROMPTS as ALL_PROMPTS, TAPS  # noqa: E402

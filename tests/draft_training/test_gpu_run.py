@@ -15,8 +15,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from draft_training import gpu_run  # noqa: E402
-from draft_training.data import CaptureConfig, Shards  # noqa: E402
+from draft_training import gpu_machine, gpu_run  # noqa: E402
+from draft_training.capture import CaptureConfig  # noqa: E402
+from draft_training.shards import Shards  # noqa: E402
 from draft_training.parts import MAX_BYTES, join, manifest_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +101,7 @@ def test_config_fields_are_passed_only_where_they_exist():
 
 
 def test_the_build_script_is_the_patched_cuda_build():
-    s = gpu_run.llama_build_script(Path("/x/src"))
+    s = gpu_machine.llama_build_script(Path("/x/src"))
     assert "-DGGML_CUDA=on" in s and "-DGGML_BATCH_INVARIANT=ON" in s and "-DGGML_LLAMAFILE=OFF" in s
     assert "-mno-amx-tile" in s and "cmake --install" in s
 

@@ -15,9 +15,11 @@ torch = pytest.importorskip("torch")
 
 from draft_training.batches import sample_batch  # noqa: E402
 from draft_training.cli import parse_budget, parse_count  # noqa: E402
-from draft_training.data import CaptureConfig, CaptureRefused, Shards, capture, looping  # noqa: E402
+from draft_training.capture import CaptureConfig, CaptureRefused, capture, looping  # noqa: E402
+from draft_training.shards import Shards  # noqa: E402
 from draft_training.evaluate import online_eval  # noqa: E402
-from draft_training.train import TrainConfig, Trainer  # noqa: E402
+from draft_training.recipe import TrainConfig  # noqa: E402
+from draft_training.train import Trainer  # noqa: E402
 from engine import native  # noqa: E402
 from engine.llama.chat_template import ChatTemplate  # noqa: E402
 from engine.llama.context import Context, ContextConfig  # noqa: E402
@@ -222,7 +224,7 @@ def test_ctrl_c_during_capture_keeps_finished_answers(model_path, tmp_path):
 
 def test_capture_renders_prompts_with_the_catalogs_template_variables(model_path, tmp_path, monkeypatch):
     """The draft learns from prompts as the server renders them (Qwen3: enable_thinking=false)."""
-    import draft_training.data as data
+    import draft_training.capture as capture_mod
 
     seen = []
 
@@ -231,7 +233,7 @@ def test_capture_renders_prompts_with_the_catalogs_template_variables(model_path
             seen.append(variables)
             super().__init__(model, variables)
 
-    monkeypatch.setattr(data, "ChatTemplate", Recording)
+    monkeypatch.setattr(capture_mod, "ChatTemplate", Recording)
     cfg = CaptureConfig(target_layers=TAPS, n_seq=1, max_new=2, chat_template_vars={"enable_thinking": False})
     capture(model_path, PROMPTS[:1], tmp_path, cfg)
     assert seen == [{"enable_thinking": False}]

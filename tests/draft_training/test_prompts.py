@@ -10,7 +10,8 @@ import pytest
 
 from conftest import EVAL_DATA
 from draft_training import prompts
-from draft_training.prompts import CATEGORIES, DOC_CHUNK_CHARS, MIX, builtin_prompts, file_prompts
+from draft_training.prompts import CATEGORIES, MIX, builtin_prompts
+from draft_training.user_prompts import DOC_CHUNK_CHARS, file_prompts
 
 SLOT = re.compile(r"\{[a-z_]+[0-9]*\}")  # a slot left unfilled
 

@@ -19,12 +19,13 @@ torch = pytest.importorskip("torch")
 
 from draft_training import train as train_mod  # noqa: E402
 from draft_training.card import model_card  # noqa: E402
-from draft_training.data import CaptureConfig, capture  # noqa: E402
+from draft_training.capture import CaptureConfig, capture  # noqa: E402
 from draft_training.evaluate import online_eval  # noqa: E402
 from draft_training.loss import dpace_weights, draft_loss, topk_kl  # noqa: E402
 from draft_training.model import CODEBOOK_TABLES, DFlashDraft, proj_name  # noqa: E402
 from draft_training.target import read_target_tensors  # noqa: E402
-from draft_training.train import BEST, CHECKPOINT, V1, TrainConfig, Trainer, steps_for_passes  # noqa: E402
+from draft_training.recipe import V1, TrainConfig, steps_for_passes  # noqa: E402
+from draft_training.train import BEST, CHECKPOINT, Trainer  # noqa: E402
 from draft_training.warm_start import read_draft, unpermute_rope  # noqa: E402
 from gguf import GGUFReader  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402

@@ -1,7 +1,7 @@
-"""engine/grammar/regex.py against Python's own re: for many patterns, every string of a small alphabet up to
-a few characters (and random longer ones) is in the automaton exactly when re.search finds a
-match, but for the one narrowing said in the module ($ before a final newline); intersection and
-inclusion against the same brute force; refusals for what no such automaton follows."""
+"""engine/grammar/regex.py and automaton.py against Python's own re: for many patterns, every string
+of a small alphabet up to a few characters (and random longer ones) is in the automaton exactly when
+re.search finds a match, but for the one narrowing said in the module ($ before a final newline);
+intersection and inclusion against the same brute force; refusals for what no such automaton follows."""
 
 import itertools
 import random
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from engine.grammar import regex
+from engine.grammar import automaton, regex
 
 ALPHABET = "ab c@.-0_\n٣É\""
 PATTERNS = [
@@ -43,7 +43,7 @@ def test_the_automaton_is_re_search(pattern):
                                   ("^.{1,3}$", "@"), ("^(ab)*$", "^a(ba)*b$")])
 def test_intersection_and_inclusion(a, b):
     da, db = regex.search_dfa(a), regex.search_dfa(b)
-    both = regex.intersect(da, db)
+    both = automaton.intersect(da, db)
     seen_a = seen_b = set()
     rng = random.Random(a + b)
     for s in strings(rng):
@@ -54,23 +54,23 @@ def test_intersection_and_inclusion(a, b):
         if in_b:
             seen_b = seen_b | {s}
     # inclusion can only be refuted by a string; the automaton's answer must not contradict one
-    assert not regex.contains(db, da) or seen_a <= seen_b
-    assert not regex.contains(da, db) or seen_b <= seen_a
+    assert not automaton.contains(db, da) or seen_a <= seen_b
+    assert not automaton.contains(da, db) or seen_b <= seen_a
 
 
 def test_inclusion_decided_on_languages():
     d = regex.search_dfa
-    assert regex.contains(d("^\\d{4}$"), d("^[0-9]{4}$"))  # \d is wider: every ASCII digit string is in
-    assert not regex.contains(d("^[0-9]{4}$"), d("^\\d{4}$"))  # ... but not the other way (Unicode digits)
-    assert regex.contains(d("-"), d("^[0-9]{4}-[0-9]{2}$"))
-    assert regex.contains(d("^(ab)*$"), d("^(abab)*$")) and not regex.contains(d("^(abab)*$"), d("^(ab)*$"))
-    assert regex.is_empty(regex.intersect(d("^a+$"), d("^b+$")))
-    assert regex.is_empty(d("a^b")) and not regex.is_empty(d("^$"))
+    assert automaton.contains(d("^\\d{4}$"), d("^[0-9]{4}$"))  # \d is wider: every ASCII digit string is in
+    assert not automaton.contains(d("^[0-9]{4}$"), d("^\\d{4}$"))  # ... but not the other way (Unicode digits)
+    assert automaton.contains(d("-"), d("^[0-9]{4}-[0-9]{2}$"))
+    assert automaton.contains(d("^(ab)*$"), d("^(abab)*$")) and not automaton.contains(d("^(abab)*$"), d("^(ab)*$"))
+    assert automaton.is_empty(automaton.intersect(d("^a+$"), d("^b+$")))
+    assert automaton.is_empty(d("a^b")) and not automaton.is_empty(d("^$"))
 
 
 def test_lengths():
     for lo, hi in ((0, 0), (2, 5), (3, None)):
-        dfa = regex.length_dfa(lo, hi)
+        dfa = automaton.length_dfa(lo, hi)
         for n in range(8):
             assert dfa.matches("é" * n) == (lo <= n and (hi is None or n <= hi))
 
@@ -91,5 +91,5 @@ def test_refusals(pattern, fragment):
 
 
 def test_too_complex_is_refused():
-    with pytest.raises(regex.TooComplex):
+    with pytest.raises(automaton.TooComplex):
         regex.search_dfa("(a|b)*a(a|b){13}$")  # the minimal DFA has 2^14 states

@@ -1,6 +1,7 @@
 """Bounds on "number" and "multipleOf": the language of each is checked against jsonschema itself
 over grids of number spellings (every string the grammar writes is valid; every valid number in
-the canonical spelling is written), and through llama.cpp's sampler for a few whole languages."""
+the canonical spelling is written), and through llama.cpp's sampler for a few whole languages.
+Bounds on "integer": our exact GBNF range rule against brute force and through the sampler."""
 
 import json
 import random
@@ -12,6 +13,7 @@ import pytest
 
 from engine.grammar.schema import compile_response_format
 from engine.grammar.number import MAX_SIGNIFICANT, language
+from engine.grammar.rules import MAX_INT, integer_gbnf
 from grammar_vocab import accepts, js, language as grammar_language, refused
 
 ODD = ["-0", "-0.0", "-0.00", "00", "01", "-01", "1.", ".5", "1e2", "1E0", "+1", "1.50", "0.0", "-", "", "--1", "1..2"]
@@ -126,3 +128,68 @@ def test_bounded_numbers_in_place(vocab):
 def test_number_refusals(schema, keyword, fragment):
     e = refused(js(schema))
     assert f'keyword "{keyword}"' in e.message and fragment in e.message, e.message
+
+
+# --- integer bounds: an exact GBNF range of our own ---------------------------------------------
+
+def test_bounds_without_a_type_say_to_give_one():
+    e = refused(js({"minimum": 0}))
+    assert '"minimum"' in e.message and 'HINT: bounds are enforced beside "type": "number"' in e.message, e.message
+
+
+def test_integer_gbnf_against_brute_force():
+    """The rule read as a regex (it is one: literals, classes, {n}, groups), over every integer of a
+    window and the non-canonical spellings, for many random ranges and all small ones near 0."""
+    strings = [str(n) for n in range(-1100, 1101)] + ["-0", "00", "01", "-01", "007", "+1", "1e2", "", "-"]
+    rng = random.Random(7)
+    ranges = [(lo, hi) for lo in range(-12, 13) for hi in range(lo, 13)]
+    ranges += [sorted((rng.randint(-1050, 1050), rng.randint(-1050, 1050))) for _ in range(1500)]
+    for lo, hi in ranges:
+        regex = re.compile(integer_gbnf(lo, hi).replace('"', "").replace(" ", ""))
+        assert {s for s in strings if regex.fullmatch(s)} == {str(n) for n in range(lo, hi + 1)}, (lo, hi)
+
+
+@pytest.mark.parametrize("bounds, max_len, expected", [
+    ({"minimum": 3, "maximum": 250}, 5, range(3, 251)),
+    ({"minimum": 0}, 4, range(0, 10000)),  # "-0" and 01 never
+    ({"exclusiveMaximum": 0}, 4, range(-999, 0)),
+    ({"exclusiveMinimum": -17.5, "maximum": -3}, 4, range(-17, -2)),
+    ({"minimum": -2.2, "maximum": 12.5, "exclusiveMaximum": 100}, 5, range(-2, 13)),
+    ({"minimum": -5, "exclusiveMaximum": 6}, 5, range(-5, 6)),
+    ({"minimum": 7, "maximum": 7}, 5, range(7, 8)),
+])
+def test_integer_bounds_allow_exactly_the_range(vocab, bounds, max_len, expected):
+    """llama.cpp's sampler over every string of -0123456789 up to max_len characters."""
+    grammar = compile_response_format(js({"type": "integer", **bounds})).grammar
+    assert grammar_language(vocab, grammar, "-0123456789", max_len) == {str(n) for n in expected}
+
+
+def test_integer_bounds_at_sixteen_digits(vocab):
+    lo, hi = -123456789012345, 987654321098765
+    grammar = compile_response_format(js({"type": "integer", "minimum": lo, "maximum": hi})).grammar
+    for n in (lo, lo + 1, -1, 0, 1, hi - 1, hi, 10 ** 14, -10 ** 14):
+        assert accepts(vocab, grammar, str(n)), n
+    for n in (lo - 1, hi + 1, -10 ** 15, 10 ** 15):
+        assert not accepts(vocab, grammar, str(n)), n
+    grammar = compile_response_format(js({"type": "integer", "minimum": 0})).grammar  # open: as the converter's
+    assert accepts(vocab, grammar, str(MAX_INT)) and not accepts(vocab, grammar, str(MAX_INT + 1))
+
+
+def test_integer_ranges_in_place(vocab):
+    """Inside objects, behind $refs (twice, and one unused), in a split type list, and in a oneOf."""
+    schema = {"type": "object", "required": ["a", "b", "c", "q"], "additionalProperties": False,
+              "properties": {"a": {"$ref": "#/$defs/n"}, "b": {"$ref": "#/$defs/n"},
+                             "c": {"type": "integer", "maximum": -1}, "q": {"type": ["integer", "null"], "minimum": 0}},
+              "$defs": {"n": {"type": "integer", "minimum": 1, "maximum": 9},
+                        "unused": {"type": "integer", "minimum": 0}}}
+    grammar = compile_response_format(js(schema)).grammar
+    assert "\\u0001" not in grammar
+    ok = '{"a": 1, "b": 9, "c": -1, "q": 0}'
+    for text in (ok, '{"a":5,"b":5,"c":-40,"q":null}', '{"a": 1 , "b": 2, "c": -3, "q": 12 }'):
+        assert accepts(vocab, grammar, text), text
+    for old, new in (('"a": 1', '"a": 0'), ('"b": 9', '"b": 10'), ('"c": -1', '"c": 0'), ('"q": 0', '"q": -1'),
+                     ('"q": 0', '"q": 01'), ('"q": 0', '"q": -0'), ('"q": 0', '"q": 1.5'), ('"q": 0', '"q": "1"')):
+        assert not accepts(vocab, grammar, ok.replace(old, new)), new
+    grammar = compile_response_format(js({"oneOf": [{"type": ["string", "null"], "minLength": 1},
+                                                    {"type": "integer", "minimum": 0}]})).grammar
+    assert all(accepts(vocab, grammar, t) for t in ('"x"', "null", "3")) and not accepts(vocab, grammar, "-3")
