@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -144,7 +145,7 @@ def main() -> int:
                 plain_out.setdefault(p["id"], c.tokens)
                 if c.tokens != ref:
                     mismatches.append([p["id"], name])
-                s = c.usage.speculation or {}
+                s = asdict(c.usage.speculation) if c.usage.speculation else {}
                 rows[name].append({"tokens": len(c.tokens), "decode_ms": c.usage.decode_ms,
                                    "verifies": s.get("verifies", 0), "tau": s.get("tau"),
                                    "draft_ms": s.get("draft_ms", 0.0), "select_ms": s.get("select_ms", 0.0),

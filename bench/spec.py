@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,7 +113,7 @@ def main() -> int:
                     ref = c.tokens if ref is None else ref
                     if c.tokens != ref:
                         mismatches.append((p["id"], name))
-                    s = c.usage.speculation or {}
+                    s = asdict(c.usage.speculation) if c.usage.speculation else {}
                     rows[(cat, name)].append({
                         "prompt": p["id"], "round": rnd, "tokens": len(c.tokens),
                         "decode_ms": c.usage.decode_ms, "wall_ms": wall,

@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +77,7 @@ def main() -> int:
                     ref = done.tokens
                 elif done.tokens != ref:
                     mismatches.append((case["id"], m))
-                u, s = done.usage, done.usage.speculation or {}
+                u, s = done.usage, asdict(done.usage.speculation) if done.usage.speculation else {}
                 runs[m].append({"case": case["id"], "tokens": len(done.tokens), "decode_ms": u.decode_ms,
                                 "prefill_ms": u.prefill_ms, "wall_ms": wall, "finish": done.finish_reason,
                                 "tau": s.get("tau"), "verifies": s.get("verifies", 0), "used": s.get("mode"),

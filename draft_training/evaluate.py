@@ -11,6 +11,7 @@ results into a PNG. What it is not: a speed benchmark (bench/spec.py is).
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
 
 from engine import Engine, EngineConfig, SamplingParams
 from engine.speculative.params import SpecParams
@@ -42,7 +43,7 @@ def online_eval(target_path: str | os.PathLike, draft_path: str | os.PathLike, p
                                  speculative=SpecParams(mode="dflash", selector=s, block=block))
                 if c.tokens != ref:
                     mismatches.append((i, s))
-                st = c.usage.speculation or {}
+                st = asdict(c.usage.speculation) if c.usage.speculation else {}
                 a = acc[s]
                 a["verifies"] += st.get("verifies", 0)
                 a["committed"] += st.get("accepted", 0) + st.get("verifies", 0)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .request import ChatPrompt, GenerationRequest
-from .stats import EngineStats, Totals
+from .stats import EngineStats, SpeculationFacts, Totals
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,19 @@ class EngineAPI(Protocol):
 
     def stats(self) -> EngineStats: ...
 
-    def speculation(self) -> dict:
-        """What it does with speculation (engine/stats.py speculation_facts), as /health publishes it."""
+    def speculation(self) -> SpeculationFacts: ...
+
+    async def probe(self) -> dict | None:
+        """How the server behind it answers, for /health ({"status": "up" | "down" | "failing", "error", ...});
+        None: nothing is behind it (the local engine answers itself)."""
+
+    async def models(self) -> list[dict] | None:
+        """The models it serves as its server lists them (GET /v1/models entries); None: the one model
+        this server loaded."""
+
+    async def spec_figures(self) -> dict | None:
+        """Its server's own speculation counters, for /health and /metrics; None where it publishes none
+        (the local engine counts its own in `totals`)."""
 
     def stop(self) -> None: ...
 

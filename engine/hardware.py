@@ -95,15 +95,15 @@ def _why_cpu(build: LlamaBuild) -> str:
 def exactness_promise(gpu_offload: bool) -> str:
     """What this build promises about lossless speculation before any model loads; the engine then
     measures it at load (engine/speculative/exactness.py), and that measurement decides."""
-    mode = ggml.batch_invariant()
-    if ggml.uses_llamafile():
+    case, band = ggml.exactness_case()
+    if case == ggml.LLAMAFILE:
         return ("speculation would not be exact: this build uses llamafile's sgemm. "
                 "HINT: reinstall with scripts/setup.sh")
     kind = "graphics-card build" if gpu_offload else "CPU build"
-    if mode and mode.isdigit():
-        return (f"{kind} with flashdesk's batch-invariant patch: verify batches of up to {mode} rows "
+    if case == ggml.BANDED:
+        return (f"{kind} with flashdesk's batch-invariant patch: verify batches of up to {band} rows "
                 "should compute like single tokens; the engine measures it when a model loads")
-    if mode == "off":
+    if case == ggml.SWITCHED_OFF:
         return (f"{kind} with flashdesk's batch-invariant patch, switched off (GGML_BATCH_INVARIANT=0): "
                 "speculation stays off where the rows differ (measured when a model loads)")
     return (f"{kind} without flashdesk's batch-invariant patch: speculation stays off where verify rows differ "

@@ -98,7 +98,9 @@ lib = _load()
 
 class RawLattice(NamedTuple):
     """The draft's nextn output for one block, read in place (e.g. from
-    `llama_get_embeddings_nextn_ith(draft_ctx, first_row)`)."""
+    `llama_get_embeddings_nextn_ith(draft_ctx, first_row)`). Today's drafters copy their lattice into
+    numpy first; this zero-copy path is kept, and tested, for a GPU drafter whose output buffer is
+    large enough that the copy shows."""
 
     ptr: int | ctypes._Pointer  # address of the block's slot-0 (anchor) row, float32
     stride: int  # floats per row: the draft's n_embd

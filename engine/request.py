@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 from .errors import EngineError
 from .sampling import SamplingParams
-from .speculative.params import SpecParams
+from .speculative.params import SpecParams, SpecReport
 
 _ids = itertools.count(1)
 
@@ -29,7 +29,7 @@ class Usage:
     closed_early: bool = False  # the grammar was closed to end within max_tokens (close_within)
     prefill_ms: float = 0.0  # submit -> first token (queueing + prompt processing)
     decode_ms: float = 0.0  # first token -> last token
-    speculation: dict | None = None  # SpecStats.as_dict() when the request speculated
+    speculation: SpecReport | None = None  # what speculation did, when the request could speculate
     counted: bool = True  # False: the token counts are unknown (a backend that sent none), not zero
 
     @property

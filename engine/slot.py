@@ -58,7 +58,7 @@ class Slot:
         """Every committed token: prompt + output (the anchor is the last)."""
         return self.req.prompt_tokens + self.output
 
-    def usage(self) -> Usage:
+    def usage(self, speedup: float | None = None) -> Usage:
         now = time.perf_counter()
         first = self.t_first or now
         return Usage(
@@ -68,7 +68,7 @@ class Slot:
             completion_tokens=len(self.output),
             prefill_ms=(first - self.req.submitted_at) * 1000.0,
             decode_ms=(now - first) * 1000.0,
-            speculation=self.spec.stats.as_dict() if self.spec is not None else None,
+            speculation=self.spec.stats.report(speedup) if self.spec is not None else None,
         )
 
     def emit(self, event: StreamEvent) -> bool:

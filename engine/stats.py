@@ -1,5 +1,5 @@
-"""What an engine reports about itself across requests: its load now (`EngineStats`), and its running
-totals (`Totals`). The local engine and a backend
+"""What an engine reports about itself across requests: its load now (`EngineStats`), its running
+totals (`Totals`) and what it does with speculation (`SpeculationFacts`). The local engine and a backend
 (server/remote.py) report the same types, so /health and /metrics read either without asking
 which engine they hold."""
 
@@ -26,6 +26,27 @@ class EngineStats:
         return self.active + self.queued
 
 
+@dataclass(frozen=True)
+class SpeculationFacts:
+    """What an engine does with speculation, as /health publishes it: the drafters it has (and the
+    DFlash draft's kind), its default mode, whether speculation is exact on this build (`exact`, the
+    reason in `exact_why`) and on (`enabled`), on a banded build the most verify rows it stays exact
+    for (`max_rows`; None: any), the cost curve's state, and what it did for recent answers here.
+    A backend's are unknown here (None) and `backend` says so."""
+
+    drafters: list[str]
+    default: str
+    exact: bool | None
+    exact_why: str
+    enabled: bool | None
+    max_rows: int | None = None
+    draft: dict | None = None  # {"kind", "block_size", "top_k"} of a paired DFlash draft
+    draft_error: str | None = None  # why a configured draft is not in use
+    cost_curve: str = "none"  # ready | learning | none
+    measured: dict | None = None  # {"answers", "speedup"} over recent answers; None before one
+    backend: bool = False  # a backend server speculates by its own configuration
+
+
 class Totals:
     """Running totals for /metrics: (metric, label) -> count. Written by the thread that finishes
     requests, read from the server's loop: both under a lock."""
@@ -44,10 +65,10 @@ class Totals:
                 return
             c[("prompt_tokens", "")] += u.prompt_tokens
             c[("completion_tokens", "")] += u.completion_tokens
-            if u.speculation:
-                mode = u.speculation["mode"]
-                for key in ("verifies", "drafted", "accepted"):
-                    c[(f"spec_{key}", mode)] += u.speculation[key]
+            if s := u.speculation:
+                c[("spec_verifies", s.mode)] += s.verifies
+                c[("spec_drafted", s.mode)] += s.drafted
+                c[("spec_accepted", s.mode)] += s.accepted
 
     def snapshot(self) -> dict[tuple[str, str], int]:
         with self._lock:

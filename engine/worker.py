@@ -40,7 +40,7 @@ from .slot import Slot
 from .speculative.drafters.base import Drafter
 from .speculative.params import AUTO, OFF, SpecParams
 from .speculative.setup import DrafterFactory, Speculation
-from .stats import EngineStats, Totals
+from .stats import EngineStats, SpeculationFacts, Totals
 
 log = logging.getLogger("flashdesk.engine")
 
@@ -211,8 +211,17 @@ class Engine:
     def chat(self, messages: list[dict], **kw) -> Completion:
         return self.complete(self.render_chat(messages), **kw)
 
-    def speculation(self) -> dict:
+    def speculation(self) -> SpeculationFacts:
         return self.spec.facts()
+
+    async def probe(self) -> None:  # engine/api.py: nothing behind this engine, no server's figures
+        return None
+
+    async def models(self) -> None:
+        return None
+
+    async def spec_figures(self) -> None:
+        return None
 
     def stats(self) -> EngineStats:
         return EngineStats(active=sum(s.busy for s in self._slots), queued=self._queue.qsize() + len(self._waiting),
@@ -357,10 +366,7 @@ class Engine:
 
     def _finish(self, slot: Slot, event: StreamEvent) -> None:
         """Send the final event; keep the committed KV as a prefix for the next request; free the slot."""
-        event.usage = slot.usage()
-        speedup = self.spec.finished(slot.spec)
-        if speedup is not None:
-            event.usage.speculation["speedup"] = speedup
+        event.usage = slot.usage(speedup=self.spec.finished(slot.spec))
         self.totals.count(event)
         slot.emit(event)
         prefix.keep(slot, self.ctx, ok=event.error is None)

@@ -9,6 +9,7 @@ import time
 import uuid
 
 from engine import Usage
+from engine.speculative.params import SpecReport
 
 
 def new_id(prefix: str) -> str:
@@ -34,8 +35,21 @@ def usage(u: Usage | None) -> dict | None:
                     "decode_tokens_per_s": round(u.decode_tok_per_s, 2)},
     }
     if u.speculation is not None:  # flashdesk extension: tau, acceptance by position, time shares
-        out["speculation"] = u.speculation
+        out["speculation"] = speculation(u.speculation)
     return out
+
+
+def speculation(s: SpecReport) -> dict:
+    """usage.speculation on the wire: what speculation did for this answer."""
+    return {
+        "mode": s.mode, "selector": s.selector, "verifies": s.verifies, "drafted": s.drafted,
+        "accepted": s.accepted, "tau": round(s.tau, 3), "plain_steps": s.plain_steps,
+        "acceptance_by_position": [round(x, 3) for x in s.acceptance_by_position],
+        "accepted_at": list(s.accepted_at), "drafted_at": list(s.drafted_at),
+        "draft_ms": round(s.draft_ms, 2), "select_ms": round(s.select_ms, 3), "verify_ms": round(s.verify_ms, 2),
+        "plain_ms": round(s.plain_ms, 2), "upkeep_ms": round(s.upkeep_ms, 2),
+        "committed_by_source": dict(s.committed_by_source), "speedup": s.speedup,
+    }
 
 
 def structured(constraint, text: str, reason: str | None) -> dict | None:

@@ -26,7 +26,7 @@ from engine import ChatPrompt, EngineError, GenerationRequest, InvalidRequest, S
 from engine.errors import EngineStopped
 from engine.speculative.params import AUTO
 from engine.api import Capabilities
-from engine.stats import EngineStats, Totals
+from engine.stats import EngineStats, SpeculationFacts, Totals
 
 from . import upstream
 from .upstream import BackendFailed, BackendUnavailable, UnsupportedWithBackend
@@ -142,11 +142,10 @@ class RemoteEngine:
     def stats(self) -> EngineStats:
         return EngineStats(active=len(self._active), queued=0, slots=None)  # the backend keeps its own queue
 
-    def speculation(self) -> dict:
+    def speculation(self) -> SpeculationFacts:
         """A backend speculates by its own configuration, unseen from here (its counters: spec_figures)."""
-        return {"drafters": [], "default": AUTO, "exact": None, "enabled": None, "max_rows": None, "draft": None,
-                "exact_why": "speculation runs on the backend server, configured there", "draft_error": None,
-                "cost_curve": "none", "measured": None, "backend": True}
+        return SpeculationFacts([], AUTO, None, "speculation runs on the backend server, configured there", None,
+                                backend=True)
 
     async def probe(self) -> dict:
         """The backend's state for /health (awaited from the server's loop): up, down or failing."""

@@ -118,14 +118,6 @@ class Runtime:
         """Swap in a new snapshot (the caller holds the lock)."""
         self.served = dataclasses.replace(self.served, **changes)
 
-    @property
-    def settings(self) -> Settings:
-        return self.served.settings
-
-    @property
-    def remote(self) -> bool:
-        return self.served.remote
-
     def start(self) -> None:
         self._thread.start()
 
@@ -171,11 +163,12 @@ class Runtime:
         404 for a name the store does not have, 409 (code "busy") while the engine has
         requests or another load is under way. Switching to the model already served
         reloads it (e.g. to pick up a draft paired since)."""
-        if self.remote:
-            raise APIError(409, f"this server drives the backend at {self.settings.backend}; the model it serves "
+        current = self.served.settings  # the backend and the home never change: read outside the lock
+        if current.backend is not None:
+            raise APIError(409, f"this server drives the backend at {current.backend}; the model it serves "
                                 "is chosen there. HINT: restart flashdesk with another --backend-model",
                            code="backend_model")
-        ModelStore(self.settings.home).get(name)  # unknown name: 404 with a hint, before touching anything
+        ModelStore(current.home).get(name)  # unknown name: 404 with a hint, before touching anything
         with self._lock:
             if self._closed:
                 raise APIError(503, "the server is shutting down", code="shutting_down")
@@ -226,9 +219,6 @@ class Runtime:
         finally:
             with self._lock:
                 self._admitting -= 1
-
-    def in_use(self, name: str) -> bool:
-        return self.served.holds(name)
 
     def stop(self) -> None:
         """The first step of a shutdown (a signal, any thread; returns at once): a load under way gives

@@ -16,6 +16,7 @@ What this is not: a route, or the decision to speculate (that is the engine's).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 from engine.api import EngineAPI
@@ -33,7 +34,7 @@ def names() -> dict:
 
 def facts(engine: EngineAPI) -> dict:
     """`names()` plus what this loaded engine does with them."""
-    return names() | engine.speculation()
+    return names() | dataclasses.asdict(engine.speculation())
 
 
 async def published(engine: EngineAPI) -> dict:

@@ -104,6 +104,23 @@ def row_band() -> int | None:
     return int(value) if value and value.isdigit() else None
 
 
+# What a build promises for lossless speculation, one case each (exactness_case)
+LLAMAFILE, BANDED, SWITCHED_OFF, STOCK = "llamafile", "banded", "switched_off", "stock"
+
+
+def exactness_case() -> tuple[str, int | None]:
+    """The one case analysis of this build, with the band where it has one: llamafile's sgemm (never
+    exact), flashdesk's patch with its band of rows, the patch switched off at run time, or a stock
+    build (the last two are measured). The load-time judge (engine/speculative/exactness.py) and the
+    doctor's promise before any model loads (engine/hardware.py) both read it."""
+    if uses_llamafile():
+        return LLAMAFILE, None
+    band = row_band()
+    if band is not None:
+        return BANDED, band
+    return (SWITCHED_OFF if batch_invariant() == "off" else STOCK), None
+
+
 def build_id() -> str:
     """Names the loaded llama.cpp build and its mode (version, backends, features, the batch-invariant
     band): what a measured verify-cost curve depends on besides the model and the thread count."""

@@ -71,11 +71,11 @@ def judge(ctx: Context, on_gpu: bool, block: int = 8) -> Exactness:
 
 def _rows(ctx: Context, on_gpu: bool) -> Exactness:
     """Are verify rows computed like single tokens on this build and device?"""
-    if ggml.uses_llamafile():
+    case, band = ggml.exactness_case()
+    if case == ggml.LLAMAFILE:
         return Exactness(False, "this llama.cpp build uses llamafile's sgemm, which computes batches of 2 or more "
                                 "rows with other kernels than single tokens. HINT: reinstall with scripts/setup.sh.")
-    band, mode = ggml.row_band(), ggml.batch_invariant()
-    if band is not None and on_gpu:
+    if case == ggml.BANDED and on_gpu:
         exact, what = verify_is_exact(ctx, sizes=tuple(range(2, band + 1)),
                                       history=BOUNDARY_HISTORY, offsets=True)
         if exact:
@@ -85,7 +85,7 @@ def _rows(ctx: Context, on_gpu: bool) -> Exactness:
         return Exactness(False, f"this graphics-card build has flashdesk's batch-invariant patch, but on this "
                                 f"card {what}, so speculation would change the output: it stays off. HINT: report "
                                 "the card's model to flashdesk (flashdesk doctor shows it).", band)
-    if band is not None:  # the CPU backend's band
+    if case == ggml.BANDED:  # the CPU backend's band
         exact, what = verify_is_exact(ctx, sizes=tuple(k for k in CPU_SIZES if k <= band))
         if exact:
             return Exactness(True, f"this build has flashdesk's batch-invariant patch, and verify batches of up to "
@@ -96,7 +96,7 @@ def _rows(ctx: Context, on_gpu: bool) -> Exactness:
     exact, what = verify_is_exact(ctx)
     if exact:
         return Exactness(True, "verify rows measured bit-identical to single-token decodes")
-    if mode == "off":
+    if case == ggml.SWITCHED_OFF:
         return Exactness(False, f"flashdesk's batch-invariant mode is switched off (GGML_BATCH_INVARIANT=0), and "
                                 f"{what}. HINT: unset GGML_BATCH_INVARIANT.")
     device = "graphics-card build" if on_gpu else "build"

@@ -24,6 +24,7 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -38,6 +39,9 @@ from .params import MAX_BLOCK
 from .select import Path, path_from
 from .verify import add_verify_rows, target_argmax, target_logits, token_logprobs
 
+if TYPE_CHECKING:  # the engine's slot: loop.py reads and advances it, the worker owns it
+    from ..slot import Slot
+
 log = logging.getLogger("flashdesk.engine")
 
 
@@ -45,8 +49,8 @@ log = logging.getLogger("flashdesk.engine")
 class Work:
     """What one slot does in this step's target decode."""
 
-    slot: object  # engine.slot.Slot
-    kind: str  # "prefill" | "plain" | "verify"
+    slot: Slot
+    kind: Literal["prefill", "plain", "verify"]
     path: Path | None = None  # verify: the T tokens under test
     rows: list[int] = field(default_factory=list)  # batch rows: prompt chunk [n] | [last] [1] | [anchor]+path [T+1]
     commit: list[int] = field(default_factory=list)  # tokens committed this step (sampled, or accepted + bonus)

@@ -1,5 +1,5 @@
-"""Per-request speculation settings (`SpecParams`) and what a request reports back
-(`SpecStats`: tau, accepted per position, where the time went)."""
+"""Per-request speculation settings (`SpecParams`), what a request counts while it runs (`SpecStats`)
+and reports back at its end (`SpecReport`: tau, accepted per position, where the time went)."""
 
 from __future__ import annotations
 
@@ -91,19 +91,43 @@ class SpecStats:
             if i < n_accepted:
                 self.accepted_at[i] += 1
 
-    def as_dict(self) -> dict:
-        return {
-            "mode": self.mode, "selector": self.selector, "verifies": self.verifies, "drafted": self.drafted,
-            "accepted": self.accepted, "tau": round(self.tau, 3), "plain_steps": self.plain_steps,
-            "acceptance_by_position": [round(a / d, 3) if d else 0.0
-                                       for a, d in zip(self.accepted_at, self.drafted_at)],
-            "accepted_at": list(self.accepted_at), "drafted_at": list(self.drafted_at),
-            "draft_ms": round(self.draft_ms, 2), "select_ms": round(self.select_ms, 3),
-            "verify_ms": round(self.verify_ms, 2), "plain_ms": round(self.plain_ms, 2),
-            "upkeep_ms": round(self.upkeep_ms, 2),
+    def report(self, speedup: float | None = None) -> SpecReport:
+        """A frozen copy for the answer's usage (`speedup`: estimated by the engine at its end)."""
+        return SpecReport(
+            mode=self.mode, selector=self.selector, verifies=self.verifies, drafted=self.drafted,
+            accepted=self.accepted, tau=self.tau, plain_steps=self.plain_steps,
+            accepted_at=tuple(self.accepted_at), drafted_at=tuple(self.drafted_at), draft_ms=self.draft_ms,
+            select_ms=self.select_ms, verify_ms=self.verify_ms, plain_ms=self.plain_ms, upkeep_ms=self.upkeep_ms,
             # committed tokens by who wrote them: drafters' accepted tokens, the target's bonus and plain steps
-            "committed_by_source": dict(self.accepted_from, target=self.verifies + self.plain_steps),
-        }
+            committed_by_source=dict(self.accepted_from, target=self.verifies + self.plain_steps),
+            speedup=speedup)
+
+
+@dataclass(frozen=True)
+class SpecReport:
+    """What speculation did for one answer (`Usage.speculation`), as its SpecStats stood at the end.
+    Its JSON shape is the server's (server/openai_format.py)."""
+
+    mode: str
+    selector: str | None
+    verifies: int
+    drafted: int
+    accepted: int
+    tau: float  # committed tokens per verify
+    plain_steps: int
+    accepted_at: tuple[int, ...]  # verifies whose position i was accepted
+    drafted_at: tuple[int, ...]  # verifies that drafted position i
+    draft_ms: float
+    select_ms: float
+    verify_ms: float
+    plain_ms: float
+    upkeep_ms: float
+    committed_by_source: dict[str, int]
+    speedup: float | None = None  # estimated over plain decoding; None: unknown, or nothing verified
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
 
 
 class MeasuredGain:

@@ -23,6 +23,7 @@ from ..errors import EngineError
 from ..llama import ggml
 from ..llama.context import Context
 from ..llama.model import Model
+from ..stats import SpeculationFacts
 from .costs import CostModel, FillIn
 from .drafters.base import Drafter
 from .drafters.combined import GrammarLookupDrafter, SpanDFlashDrafter
@@ -132,22 +133,13 @@ class Speculation:
             return "none"
         return "ready" if self.curve_ready.is_set() else "learning"
 
-    def facts(self) -> dict:
-        """What this engine does with speculation, as /health publishes it (engine/api.py
-        EngineAPI.speculation): the drafters it has (and the DFlash draft's kind), its default mode,
-        whether speculation is exact on this build (`exact`, the reason in `exact_why`) and on
-        (`enabled`), on a banded build the most verify rows it stays exact for (`max_rows`; None: any),
-        the cost curve's state, and what it did for recent answers here."""
+    def facts(self) -> SpeculationFacts:
         d = self.drafters.get(DFLASH)
         info = d.info if d is not None else None
         draft = None if info is None else {"kind": info.kind, "block_size": info.block_size, "top_k": info.top_k}
         ex = self.exactness
-        return {
-            "drafters": sorted(self.drafters), "default": self.config.spec_mode,
-            "exact": ex.exact, "exact_why": ex.why, "enabled": self.enabled, "max_rows": ex.max_rows,
-            "draft": draft, "draft_error": self.draft_error, "cost_curve": self.cost_curve,
-            "measured": self.gain.as_dict(),
-        }
+        return SpeculationFacts(sorted(self.drafters), self.config.spec_mode, ex.exact, ex.why, self.enabled,
+                                ex.max_rows, draft, self.draft_error, self.cost_curve, self.gain.as_dict())
 
     # -- worker thread only, from here on ---------------------------------------------
 

@@ -36,13 +36,14 @@ async def health(request: Request):
     if eng is not None:
         body |= {"model": now.model.name, "engine": dataclasses.asdict(eng.stats()), "n_ctx": eng.n_ctx}
     status = 200 if eng is not None else 503
-    if eng is None or not now.remote:
-        body["speculation"] = speculation.facts(eng) if eng is not None else speculation.names()
-    else:
-        body["backend"], body["speculation"] = await asyncio.gather(eng.probe(), speculation.published(eng))
-        status = BACKEND_STATUS[body["backend"]["status"]]
-        if status != 200:  # nothing can be answered: the UI shows this as it shows a model that failed to load
-            body["status"], body["error"] = "error", body["backend"]["error"]
+    if eng is None:
+        body["speculation"] = speculation.names()
+    else:  # a backend's state is asked now (None: nothing is behind this engine)
+        backend, body["speculation"] = await asyncio.gather(eng.probe(), speculation.published(eng))
+        if backend is not None:
+            body["backend"], status = backend, BACKEND_STATUS[backend["status"]]
+            if status != 200:  # nothing can be answered: the UI shows this as it shows a model that failed to load
+                body["status"], body["error"] = "error", backend["error"]
     if now.error:
         body["error"] = now.error
     return JSONResponse(body, status_code=status)

@@ -59,8 +59,8 @@ async def metrics(request: Request) -> str:
             lines += [
                 "# HELP flashdesk_busy_refusals_total Requests refused with a 429 (every slot busy, the queue full).",
                 "# TYPE flashdesk_busy_refusals_total counter", f"flashdesk_busy_refusals_total {st.refused}"]
-    if engine is not None and now.remote:
-        spec = await engine.spec_figures() or {}  # only what the backend published: no zeros for the rest
+    if engine is not None:
+        spec = await engine.spec_figures() or {}  # only what a backend published: no zeros for the rest
         for key, (name, kind, help_) in BACKEND_SPEC.items():
             if key in spec:
                 lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name} {spec[key]:g}"]

@@ -33,9 +33,10 @@ def _runtime(request: Request) -> Runtime:
 @router.get("/v1/models")
 async def list_models(request: Request):
     now = _runtime(request).served
+    served = await now.engine.models() if now.engine is not None else None
+    if served is not None:  # what a backend serves, as it says (502/503 when it cannot)
+        return {"object": "list", "data": served}
     data = []
-    if now.remote and now.engine is not None:  # what the backend serves, as it says (502/503 when it cannot)
-        return {"object": "list", "data": await now.engine.models()}
     if now.model is not None:
         data.append({"id": now.model.name, "object": "model", "created": int(now.model.added),
                      "owned_by": "flashdesk", "status": now.status})

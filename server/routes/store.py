@@ -186,7 +186,7 @@ def import_model(body: ImportBody, request: Request):
 def _draft_file_error(e: OSError, name: str, rt: Runtime) -> EngineError:
     """Windows cannot replace or delete a file a running model has open."""
     hint = (" HINT: serve another model first (POST /v1/store/serve), change the draft, then switch back."
-            if rt.in_use(name) else "")
+            if rt.served.holds(name) else "")
     return EngineError(f"could not change the draft of {name!r}: {e.strerror or e}.{hint}")
 
 

@@ -54,8 +54,8 @@ def test_a_fresh_install_speculates_from_its_first_requests_and_keeps_what_it_le
             t.join()
         after = [eng.chat(o, sampling=GREEDY, max_tokens=32) for o in ORDERS]
         assert [out[i].tokens for i in range(4)] == plain and [c.tokens for c in after] == plain
-        assert all(c.usage.speculation and c.usage.speculation["mode"] == "lookup" for c in after)
-        assert sum(c.usage.speculation["verifies"] for c in after) > 0  # learned enough to verify
+        assert all(c.usage.speculation and c.usage.speculation.mode == "lookup" for c in after)
+        assert sum(c.usage.speculation.verifies for c in after) > 0  # learned enough to verify
         assert eng.spec.costs.ready and eng.spec.costs.cells.get((4, 4)), "the 4-stream decodes were timed"
 
         assert eng.spec.curve_ready.wait(120), "the idle fill-in never finished"
@@ -73,6 +73,6 @@ def test_a_fresh_install_speculates_from_its_first_requests_and_keeps_what_it_le
     try:
         assert again.spec.curve_ready.is_set() and again.spec.cost_curve == "ready"
         first = again.chat(ORDERS[1], sampling=GREEDY, max_tokens=32)
-        assert first.tokens == plain[1] and first.usage.speculation["mode"] == "lookup"
+        assert first.tokens == plain[1] and first.usage.speculation.mode == "lookup"
     finally:
         again.close()

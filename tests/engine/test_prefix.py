@@ -42,14 +42,14 @@ def test_a_shared_prefix_is_reused_and_changes_nothing(dflash_engine, reference,
         n_prompt = len(dflash_engine.tokenize_prompt(chat(dflash_engine, q)))
         assert 40 < c.usage.cached_tokens < n_prompt  # the system prompt, not the question
     if mode == "dflash":  # the draft kept its own KV for the prefix: it drafts as it would on a fresh context
-        assert c.usage.speculation["mode"] == "dflash"
+        assert c.usage.speculation.mode == "dflash"
         fresh = Engine.load(model_path, EngineConfig(n_ctx=1024, n_parallel=1, n_threads=2, draft=str(DRAFT)))
         try:
             f = fresh.complete(chat(fresh, QUESTIONS[-1]), sampling=GREEDY, max_tokens=N, speculative=spec)
         finally:
             fresh.close()
         assert f.usage.cached_tokens == 0 and f.tokens == c.tokens
-        assert c.usage.speculation["tau"] == f.usage.speculation["tau"] > 1.0  # same drafts, same acceptance
+        assert c.usage.speculation.tau == f.usage.speculation.tau > 1.0  # same drafts, same acceptance
 
 
 def test_the_same_prompt_again_decodes_only_its_last_token(dflash_engine, reference):

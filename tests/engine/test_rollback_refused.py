@@ -43,7 +43,7 @@ def reference(target):
 
 def no_verifies(completion) -> bool:
     spec = completion.usage.speculation
-    return spec is None or spec["verifies"] == 0
+    return spec is None or spec.verifies == 0
 
 
 def test_it_is_kept_out_of_the_invariance_architectures():

@@ -91,7 +91,7 @@ def test_plain_dflash_v1_converts_to_a_draft_that_runs_losslessly(v1_ckpt, cfg, 
     finally:
         eng.close()
     assert [c.tokens for c in got] == plain
-    assert all(c.usage.speculation["verifies"] > 0 for c in got)
+    assert all(c.usage.speculation.verifies > 0 for c in got)
 
 
 def test_what_flashdesk_cannot_run_is_refused_naming_what_is_supported(v2_ckpt, v1_ckpt, model_path, tmp_path):

@@ -48,8 +48,8 @@ def test_every_template_parses_the_same_with_speculation(dflash_engine, plain, m
     differ = [k for k in plain if got[k].tokens != plain[k].tokens]
     assert not differ, differ
     stats = [c.usage.speculation for c in got.values() if c.usage.speculation]
-    assert stats and sum(s["accepted"] for s in stats) > 0
+    assert stats and sum(s.accepted for s in stats) > 0
     if mode != "auto":  # both spans write part of every template's answers (the draft, on this
         # domain, rarely beats them: test_combined_drafters shows it taking part)
         for source in ("grammar", "lookup"):
-            assert sum(s["committed_by_source"].get(source, 0) for s in stats) > 0, source
+            assert sum(s.committed_by_source.get(source, 0) for s in stats) > 0, source

@@ -122,7 +122,7 @@ def assert_same(plain: dict, got: dict[str, Completion], what: str, verified: bo
     stats = [c.usage.speculation for c in got.values()]
     total = Counter()
     for s in stats:
-        total.update({k: s[k] for k in ("verifies", "drafted", "accepted")})
+        total.update({k: getattr(s, k) for k in ("verifies", "drafted", "accepted")})
     assert total["verifies"] > 0 or not verified, f"{what}: nothing was verified"
     return total
 
@@ -163,7 +163,7 @@ def test_dflash2_is_lossless_4seq(tiny, prompts, plain, selector, block):
 def test_dflash1_is_lossless_4seq(tiny, prompts, plain, block):
     got = run(tiny.engines["dflash1"], prompts, SpecParams(mode="dflash", block=block))
     assert_same(plain, got, f"{tiny.arch} DFlash v1 B={block}")
-    assert all(c.usage.speculation["selector"] is None for c in got.values())  # top-1 per slot, no lattice
+    assert all(c.usage.speculation.selector is None for c in got.values())  # top-1 per slot, no lattice
 
 
 @pytest.mark.parametrize("engine_kind,mode", [("dflash2", "lookup"), ("dflash2", "dflash"), ("dflash1", "dflash")])

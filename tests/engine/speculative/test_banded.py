@@ -71,7 +71,7 @@ def test_banded_steps_are_exact_and_keep_to_the_band(banded):
         for k, c in got.items():
             assert c.tokens == plain[k], (mode, k)
         if mode == "dflash":
-            assert any(c.usage.speculation and c.usage.speculation["verifies"] for c in got.values())
+            assert any(c.usage.speculation and c.usage.speculation.verifies for c in got.values())
         for rows in decodes:
             seqs = {s for s, _ in rows}
             # a prompt chunk alone (its last row may give the first token), or at most BAND rows

@@ -29,7 +29,7 @@ def sources_add_up(results: dict[str, Completion]) -> dict[str, int]:
     """Every committed token after the first is counted once, by who wrote it."""
     total: dict[str, int] = {}
     for cid, r in results.items():
-        by = r.usage.speculation["committed_by_source"]
+        by = r.usage.speculation.committed_by_source
         assert sum(by.values()) == len(r.tokens) - 1, (cid, by, len(r.tokens))
         for k, v in by.items():
             total[k] = total.get(k, 0) + v
@@ -57,7 +57,7 @@ def test_one_sequence_at_a_time(dflash_engine, plain):  # noqa: F811
 def test_auto_combines_for_constrained_requests(dflash_engine, plain):  # noqa: F811
     results = run_all(dflash_engine, SpecParams(mode="auto"))
     assert_invariant(plain, results)
-    used = {r.usage.speculation["mode"] for r in results.values() if r.usage.speculation}
+    used = {r.usage.speculation.mode for r in results.values() if r.usage.speculation}
     assert used and used <= {COMBINED, "grammar+lookup"}, used
 
 
@@ -117,7 +117,7 @@ def test_errors_planted_in_forced_and_copied_spans_are_rejected(dflash_engine, p
     results = run_all(dflash_engine, SpecParams(mode=name, block=8))
     assert_invariant(plain, results)
     assert planted.planted["grammar"] > 0 and planted.planted["lookup"] > 0, planted.planted
-    positions = [x for r in results.values() for x in r.usage.speculation["acceptance_by_position"]]
+    positions = [x for r in results.values() for x in r.usage.speculation.acceptance_by_position]
     assert any(0 < x < 1 for x in positions)
 
 

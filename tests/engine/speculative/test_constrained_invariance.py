@@ -98,7 +98,7 @@ def test_constrained_output_is_valid(dflash_engine, plain):
 def test_lookup_is_lossless_under_a_grammar(dflash_engine, plain, block):
     results = run_all(dflash_engine, SpecParams(mode="lookup", block=block))
     assert_invariant(plain, results)
-    assert sum(r.usage.speculation["verifies"] for r in results.values()) > 0
+    assert sum(r.usage.speculation.verifies for r in results.values()) > 0
 
 
 @pytest.mark.parametrize("selector", ["walk", "dp"])
@@ -106,7 +106,7 @@ def test_dflash_is_lossless_under_a_grammar(dflash_engine, plain, selector):
     results = run_all(dflash_engine, SpecParams(mode="dflash", selector=selector, block=8))
     assert_invariant(plain, results)
     stats = [r.usage.speculation for r in results.values()]
-    assert sum(s["accepted"] for s in stats) > 0
+    assert sum(s.accepted for s in stats) > 0
 
 
 @pytest.mark.parametrize("mode", ["grammar", "grammar+lookup"])
@@ -121,9 +121,9 @@ def test_forced_spans_are_lossless(dflash_engine, plain, mode, block):
     # it. Pooled over every case this hung on the step schedule: in two of the four cases the
     # drafter's tokens never match the model's (0 accepted whatever the path length), and how many
     # of those it drafts depends on how the steps interleave (the CPU band's 16-row cap changed it).
-    hit = [s for s in stats if s["accepted"] > 0]
-    assert mode != "grammar" or (hit and sum(s["accepted"] for s in hit) > 0.5 * sum(s["drafted"] for s in hit))
-    assert sum(s["accepted"] for s in stats) > 0
+    hit = [s for s in stats if s.accepted > 0]
+    assert mode != "grammar" or (hit and sum(s.accepted for s in hit) > 0.5 * sum(s.drafted for s in hit))
+    assert sum(s.accepted for s in stats) > 0
 
 
 class WrongTokenOracle(Drafter):
@@ -178,7 +178,7 @@ def test_rejection_at_every_position_under_a_grammar(dflash_engine, plain, block
     dflash_engine.drafters["grammar-oracle"].reset({tuple(ids): out for ids, out in plain.values()})
     results = run_all(dflash_engine, SpecParams(mode="grammar-oracle", block=block))
     assert_invariant(plain, results)
-    accepted_at = [r.usage.speculation["acceptance_by_position"] for r in results.values()]
+    accepted_at = [r.usage.speculation.acceptance_by_position for r in results.values()]
     assert any(0 < x < 1 for a in accepted_at for x in a)
 
 

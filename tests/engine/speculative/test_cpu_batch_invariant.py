@@ -94,7 +94,7 @@ def run(eng: Engine, spec: SpecParams, grammar: str | None, concurrent: bool) ->
         done = {k: Completion.collect(iter(h)) for k, h in handles.items()}
     else:
         done = {p["id"]: Completion.collect(iter(start(p))) for p in prompts()}
-    verifies = sum(c.usage.speculation["verifies"] for c in done.values() if c.usage.speculation)
+    verifies = sum(c.usage.speculation.verifies for c in done.values() if c.usage.speculation)
     if spec.mode != "off":
         assert verifies > 0, "it never speculated"
     return {k: c.tokens for k, c in done.items()}

@@ -59,8 +59,8 @@ def test_dflash_is_lossless_4seq(draft_engine, prompts, plain, selector, block):
     bad = {k: c.tokens for k, c in got.items() if c.tokens != plain[k]}
     assert not bad, f"speculative output differs for {sorted(bad)}"
     stats = [c.usage.speculation for c in got.values()]
-    assert all(s["mode"] == "dflash" and s["selector"] == selector for s in stats)
-    assert sum(s["verifies"] for s in stats) > 0
+    assert all(s.mode == "dflash" and s.selector == selector for s in stats)
+    assert sum(s.verifies for s in stats) > 0
 
 
 def test_dflash_is_lossless_1seq(draft_engine, prompts, plain):
@@ -72,7 +72,7 @@ def test_auto_mode_is_lossless_and_reports(draft_engine, prompts, plain):
     draft_engine.spec.policy.records["dflash"] = DrafterRecord()  # untried: auto gives the draft its chance
     got = run(draft_engine, prompts, SpecParams(mode="auto"), concurrent=True)
     assert {k: c.tokens for k, c in got.items()} == plain
-    modes = [got[p["id"]].usage.speculation["mode"] for p in prompts]
+    modes = [got[p["id"]].usage.speculation.mode for p in prompts]
     # the first four start together on the untried draft; later ones may already know better
     assert modes[:4] == ["dflash"] * 4 and set(modes) <= {"dflash", "lookup"}
 
@@ -87,7 +87,7 @@ def test_auto_leaves_a_useless_draft_for_lookup(draft_engine, prompts, plain):
     draft_engine.spec.policy.records["lookup"].gain = MeasuredGain()
     got = run(draft_engine, prompts, SpecParams(mode="auto"), concurrent=True)
     assert {k: c.tokens for k, c in got.items()} == plain
-    assert all(c.usage.speculation["mode"] == "lookup" for c in got.values())
+    assert all(c.usage.speculation.mode == "lookup" for c in got.values())
 
 
 def test_a_sliding_window_draft_is_lossless_across_rollbacks(tmp_path, model_path, prompts, plain):
@@ -101,6 +101,6 @@ def test_a_sliding_window_draft_is_lossless_across_rollbacks(tmp_path, model_pat
         assert "dflash" in eng.drafters, eng.spec.draft_error
         got = run(eng, prompts, SpecParams(mode="dflash", block=4), concurrent=True)
         assert {k: c.tokens for k, c in got.items()} == plain
-        assert all(c.usage.speculation["verifies"] > 5 for c in got.values())
+        assert all(c.usage.speculation.verifies > 5 for c in got.values())
     finally:
         eng.close()

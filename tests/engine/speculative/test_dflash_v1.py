@@ -58,15 +58,15 @@ def test_dflash1_is_lossless_4seq(v1_engine, prompts, plain, block):
     bad = {k: c.tokens for k, c in got.items() if c.tokens != plain[k]}
     assert not bad, f"speculative output differs for {sorted(bad)}"
     stats = [c.usage.speculation for c in got.values()]
-    assert all(s["mode"] == "dflash" and s["selector"] is None for s in stats)  # no lattice: no selector
-    assert sum(s["verifies"] for s in stats) > 0 and all(s["select_ms"] == 0 for s in stats)
-    assert max(len(s["drafted_at"]) for s in stats) == block - 1  # a fixed block drafts B-1 slots
+    assert all(s.mode == "dflash" and s.selector is None for s in stats)  # no lattice: no selector
+    assert sum(s.verifies for s in stats) > 0 and all(s.select_ms == 0 for s in stats)
+    assert max(len(s.drafted_at) for s in stats) == block - 1  # a fixed block drafts B-1 slots
 
 
 def test_dflash1_is_lossless_1seq_and_a_selector_does_not_apply(v1_engine, prompts, plain):
     got = run(v1_engine, prompts, SpecParams(mode="dflash", block=8, selector="viterbi"), concurrent=False)
     assert {k: c.tokens for k, c in got.items()} == plain
-    assert all(c.usage.speculation["selector"] is None and c.usage.speculation["verifies"] > 0
+    assert all(c.usage.speculation.selector is None and c.usage.speculation.verifies > 0
                for c in got.values())
 
 
@@ -74,7 +74,7 @@ def test_auto_mode_with_a_dflash1_draft_is_lossless(v1_engine, prompts, plain):
     v1_engine.spec.policy.records["dflash"] = DrafterRecord()  # untried: auto gives the draft its chance
     got = run(v1_engine, prompts, SpecParams(mode="auto"), concurrent=True)
     assert {k: c.tokens for k, c in got.items()} == plain
-    modes = [got[p["id"]].usage.speculation["mode"] for p in prompts]
+    modes = [got[p["id"]].usage.speculation.mode for p in prompts]
     assert modes[:4] == ["dflash"] * 4 and set(modes) <= {"dflash", "lookup"}
 
 
@@ -85,7 +85,7 @@ def test_dflash1_samples_at_temperature(v1_engine, prompts):
     got = run(v1_engine, prompts[:4], SpecParams(mode="dflash", block=4), concurrent=True, sampling=hot)
     for c in got.values():
         assert 0 < len(c.tokens) <= MAX_TOKENS and all(0 <= t < 49152 for t in c.tokens)
-        assert c.usage.speculation["mode"] == "dflash" and c.usage.speculation["verifies"] > 0
+        assert c.usage.speculation.mode == "dflash" and c.usage.speculation.verifies > 0
 
 
 # -- the drafter: paths from the right rows -----------------------------------------------

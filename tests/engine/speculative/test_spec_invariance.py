@@ -99,7 +99,7 @@ def assert_invariant(plain, results):
 def test_lookup_is_lossless(engine, prompts, plain, block, concurrent):
     results = run_all(engine, prompts, SpecParams(mode="lookup", block=block), concurrent)
     assert_invariant(plain, results)
-    assert sum(r.usage.speculation["verifies"] for r in results.values()) > 0  # it did speculate
+    assert sum(r.usage.speculation.verifies for r in results.values()) > 0  # it did speculate
 
 
 @pytest.mark.parametrize("block", [2, 4, 8, 16])
@@ -110,10 +110,10 @@ def test_partial_acceptance_and_rollback_at_every_position(oracle_engine, prompt
     results = run_all(oracle_engine, prompts, SpecParams(mode="oracle", block=block), concurrent)
     assert_invariant(plain, results)
     stats = [r.usage.speculation for r in results.values()]
-    accepted_at = [s["acceptance_by_position"] for s in stats if s["verifies"]]
+    accepted_at = [s.acceptance_by_position for s in stats if s.verifies]
     assert max(len(a) for a in accepted_at) == block - 1  # full-length paths were verified
     assert any(0 < x < 1 for a in accepted_at for x in a)  # acceptance stopped at inner positions
-    tau = sum(s["tau"] * s["verifies"] for s in stats) / sum(s["verifies"] for s in stats)
+    tau = sum(s.tau * s.verifies for s in stats) / sum(s.verifies for s in stats)
     assert tau > 1.0
 
 
@@ -181,4 +181,4 @@ def test_auto_mode_with_the_chooser_is_lossless(engine, prompts, plain):
     """auto without a paired draft: prompt lookup, block chosen (or plain) from the measured costs."""
     results = run_all(engine, prompts, SpecParams(mode="auto"), concurrent=True)
     assert_invariant(plain, results)
-    assert all(r.usage.speculation["mode"] == "lookup" for r in results.values())
+    assert all(r.usage.speculation.mode == "lookup" for r in results.values())

@@ -49,7 +49,7 @@ def draws(engine, spec: SpecParams, seed0: int) -> list[list[int]]:
         c = engine.complete(PROMPT, max_tokens=MAX_TOKENS, speculative=spec,
                             sampling=SamplingParams(temperature=1.0, top_k=3, seed=seed0 + i))
         out.append(c.tokens)
-        verifies += (c.usage.speculation or {}).get("verifies", 0)
+        verifies += c.usage.speculation.verifies if c.usage.speculation else 0
     if spec.mode != "off":  # every draw past the first token must have gone through acceptance
         assert verifies >= N * 0.9, f"only {verifies} verifies in {N} speculative draws"
     return out
