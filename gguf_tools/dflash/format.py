@@ -45,6 +45,12 @@ from ..check import check_gguf
 
 ARCH = "dflash"
 MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: more aborts the loader
+# Bounds on the counts that size buffers, as native/llama-patches/0003 has llama.cpp's loader refuse them:
+# a draft taps a handful of target layers (published ones 3 to 10), and taps x n_embd must fit the 32-bit
+# feature width llama.cpp computes (an unbounded target_layers array wrapped it: CWE-190 -> 787).
+MAX_TAPS = 64
+MAX_FEATURES = (1 << 31) - 1
+MAX_DRAFT_BLOCK, MAX_TOP_K, MAX_CONV_KERNEL = 64, 256, 64
 HIDDEN_ACTS = ("silu", "gelu", "gelu_pytorch_tanh")  # what dflash.cpp accepts; both gelus run tanh-approximated
 
 # Target architectures whose graph in the pinned llama.cpp sets the input of every layer
@@ -249,18 +255,23 @@ class DraftConfig:
             (self.n_head >= 1 and self.n_head_kv >= 1 and self.n_head % self.n_head_kv == 0,
              "n_head must be a multiple of n_head_kv"),
             (self.head_dim >= 2 and self.head_dim % 2 == 0, "head_dim must be even (rope)"),
-            (self.block_size >= 2, "block_size must be >= 2"),
+            (2 <= self.block_size <= MAX_DRAFT_BLOCK, f"block_size must be in [2, {MAX_DRAFT_BLOCK}]"),
             (self.kind in KINDS, f"kind must be one of {', '.join(KINDS)}"),
         ]
         if self.kind == DFLASH2:  # a plain DFlash draft has none of these (they read as 0)
             checks += [
-                (k >= 1 and self.selector_rank >= 1, "selector_top_k and selector_rank must be >= 1"),
+                (1 <= k <= MAX_TOP_K and self.selector_rank >= 1,
+                 f"selector_top_k must be in [1, {MAX_TOP_K}] and selector_rank >= 1"),
+                (self.conv_kernel_size <= MAX_CONV_KERNEL, f"conv_kernel_size must be at most {MAX_CONV_KERNEL}"),
                 (self.n_embd >= k * (k + 1), f"n_embd {self.n_embd} is too small for a K={k} lattice row (K*(K+1))"),
                 (self.conv_kernel_size >= 1 and self.conv_group_size >= 1 and self.n_embd % self.conv_group_size == 0,
                  "n_embd must be a multiple of conv_group_size"),
             ]
         checks += [
-            (len(self.target_layers) >= 1, "target_layers is empty"),
+            (1 <= len(self.target_layers) <= MAX_TAPS,
+             f"it taps {len(self.target_layers)} target layers; a draft taps 1 to {MAX_TAPS}"),
+            (len(self.target_layers) * self.n_embd <= MAX_FEATURES,
+             "its target layers times n_embd overflow the 32-bit feature width llama.cpp computes"),
             (all(0 <= t < (MAX_LAYERS if n_tl is None else n_tl) for t in self.target_layers),
              f"every target layer must be in [0, {MAX_LAYERS if n_tl is None else n_tl})"),
             (0 <= self.mask_token_id < self.n_vocab, "mask_token_id is outside the vocabulary"),

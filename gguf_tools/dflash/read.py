@@ -55,7 +55,7 @@ def read_draft(path: str | os.PathLike) -> DraftFile:
     if not problems:
         draft = DraftFile(**fields, path=s.path, vocab_digest=vocab_digest(s.metadata[TOKENS_KEY]),
                           n_vocab_draft=_n_keep(tensors, problems))
-        problems += draft.problems()
+        problems += draft.problems() or _fc_problems(draft, tensors)
     if problems:
         raise ValueError(f"{s.path}: {'; '.join(problems)}")
     return draft
@@ -97,15 +97,28 @@ def _read_fields(s: GGUFSummary, kind: str) -> tuple[dict, list[str]]:
     for field, key in OPTIONAL_FLOAT_KEYS:
         v = get(key, (int, float), 0.0)
         f[field] = float(v) if v else None  # llama.cpp reads 0 as unset
-    window = get(SLIDING_WINDOW_KEY, int, 0) or 0
-    if window > 0:
-        pattern = m.get(SLIDING_PATTERN_KEY)
+    window, pattern = get(SLIDING_WINDOW_KEY, int, 0) or 0, m.get(SLIDING_PATTERN_KEY)
+    if pattern is not None and (not isinstance(pattern, list) or len(pattern) != f["n_layer"]):
+        problems.append(f"{SLIDING_PATTERN_KEY} must hold one flag per layer")  # llama.cpp reads it whatever the window
+    elif window > 0:
         if not isinstance(pattern, list) or len(pattern) != f["n_layer"]:
             problems.append(f"{SLIDING_PATTERN_KEY} must hold one flag per layer when a sliding window is set")
             pattern = []
         # an all-sliding pattern is the config's () (write.py writes it out whole)
         f.update(sliding_window=window, swa_layers=() if all(pattern) else tuple(bool(b) for b in pattern))
     return f, problems
+
+
+def _fc_problems(draft: DraftFile, tensors: dict) -> list[str]:
+    """The feature projection must take exactly the taps' features: `fc.weight` is [n_embd, taps x n_embd]
+    (ggml order). A file whose taps disagree with it would have llama.cpp size buffers from one and read
+    the other."""
+    fc, e = tensors.get("fc.weight"), draft.n_embd
+    want = (len(draft.target_layers) * e, e)
+    if fc is None or tuple(fc.shape) != want:
+        return [f"fc.weight is {list(fc.shape) if fc is not None else 'missing'}, not {list(want)} "
+                f"({len(draft.target_layers)} target layers of {e} features)"]
+    return []
 
 
 def _n_keep(tensors: dict, problems: list[str]) -> int | None:

@@ -52,12 +52,16 @@ def test_the_patch_applies_to_the_pinned_sdist(patched):
     assert llama_source.pinned_version() in str(patched)
 
 
-def test_it_touches_only_the_backends_and_the_option():
+DFLASH_LOADER = "vendor/llama.cpp/src/models/dflash.cpp"  # 0003: the draft loader's bounds, a security fix
+
+
+def test_it_touches_only_the_backends_the_option_and_the_draft_loader():
     """llama.cpp's model code, the tools and llama-cpp-python stay as they are: only ggml's CUDA,
-    Metal and CPU backends and the CMake option change."""
+    Metal and CPU backends and the CMake option change, and the DFlash loader gains its bounds (0003)."""
     files = touched()
     backends = tuple(f"vendor/llama.cpp/ggml/src/ggml-{b}/" for b in ("cuda", "metal", "cpu"))
-    assert files and all(f.startswith(backends) or f == "vendor/llama.cpp/ggml/CMakeLists.txt" for f in files), files
+    assert files and all(f.startswith(backends) or f in ("vendor/llama.cpp/ggml/CMakeLists.txt", DFLASH_LOADER)
+                         for f in files), files
     option = [line for p in llama_source.patches() for line in p.read_text("utf-8").splitlines()
               if line.startswith("+option(")]
     assert len(option) == 1 and option[0].rstrip().endswith(" OFF)"), option  # one option, off by default
@@ -68,6 +72,22 @@ def test_the_cpu_build_carries_the_cpu_patch():
 
     assert "BATCH_INVARIANT = 16" in ggml.system_info()
     assert ggml.row_band() == 16
+
+
+def test_the_build_refuses_a_hostile_draft_itself(tmp_path):
+    """The disclosed shape (tests/hostile_drafts.py: a million target layers), loaded by llama.cpp with
+    no check of ours before it, as a file placed by hand would be: the loader's bound (0003) refuses it
+    with its reason. In a child: without the bound the load would go on toward a heap overflow."""
+    from conftest import DRAFT
+    from hostile_drafts import write_hostile
+
+    evil = write_hostile(DRAFT, tmp_path / "evil.gguf", "overlong_taps")
+    code = ("import sys, llama_cpp\n"
+            "m = llama_cpp.llama_model_load_from_file(sys.argv[1].encode(), llama_cpp.llama_model_default_params())\n"
+            "print('loaded' if m else 'refused')\n")
+    r = subprocess.run([sys.executable, "-c", code, str(evil)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "refused", (r.returncode, r.stdout, r.stderr[-2000:])
+    assert "1048576 target layers; a draft taps 1 to 64" in r.stderr, r.stderr[-2000:]
 
 
 def cublas_headers() -> Path:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hub_models import catalog_entry, hub_file, write_draft, write_target
+from hostile_drafts import write_hostile
 from hub_standin import HubStandIn, point_hub_clients_at
 
 from conftest import ROOT
@@ -42,7 +43,8 @@ def files(tmp_path_factory, model_path):
     return {"target": target, "big": write_target(d / "Tiny-F32.gguf", model_path, embd_dtype=np.float32),
             "v2": write_draft(d / "Tiny-DFlash2-Q4_K_M.gguf", target, "dflash2"),
             "v1": write_draft(d / "dflash-Tiny-Q8_0.gguf", target, "dflash1"),
-            "other": write_draft(d / "Other-DFlash2.gguf", Path(model_path), "dflash2")}  # SmolLM2's, not Tiny's
+            "other": write_draft(d / "Other-DFlash2.gguf", Path(model_path), "dflash2"),  # SmolLM2's, not Tiny's
+            "hostile": write_hostile(d / "Tiny-DFlash2-Q4_K_M.gguf", d / "Evil-DFlash2.gguf", "overlong_taps")}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +52,7 @@ def standin(files):
     with HubStandIn() as h:
         rev = h.add_repo(REPO, {"Tiny-Q8_0.gguf": files["target"], "dflash-Tiny-Q8_0.gguf": files["v1"],
                                 "README.md": b"# tiny\n"})
-        drev = h.add_repo(DRAFT_REPO, {"Tiny-DFlash2-Q4_K_M.gguf": files["v2"]})
+        drev = h.add_repo(DRAFT_REPO, {"Tiny-DFlash2-Q4_K_M.gguf": files["v2"], "Evil-DFlash2.gguf": files["hostile"]})
         grev = h.add_repo(GATED, {"Tiny-Q8_0.gguf": files["target"]}, token=TOKEN)
         brev = h.add_repo(BIG, {"Tiny-F32.gguf": files["big"], "Other-DFlash2.gguf": files["other"]})
         h.revs = {REPO: rev, DRAFT_REPO: drev, GATED: grev, BIG: brev}
@@ -122,6 +124,19 @@ def test_a_draft_that_does_not_fit_leaves_the_model_installed_and_says_so(hub_en
         pull(ModelStore(home), "tiny", progress=no_progress)
     m = ModelStore(home).get("tiny")
     assert m.draft == "" and not (home / "downloads" / "tiny").exists()
+
+
+def test_a_hostile_draft_is_refused_at_pull_and_the_model_stays(hub_env, files, tmp_path):
+    """The disclosed shape (tests/hostile_drafts.py: a million target layers) as a catalog entry's draft:
+    downloaded and verified against its pin, then refused by our reading before llama.cpp sees it."""
+    home = tmp_path / "home"
+    evil = hub_file(DRAFT_REPO, hub_env.revs[DRAFT_REPO], files["hostile"])
+    catalog_entry(home, "tiny", target_pin(hub_env, files), evil)
+    with pytest.raises(DownloadError, match="its draft was refused: .*1048576 target layers; a draft taps 1 to 64"):
+        pull(ModelStore(home), "tiny", progress=no_progress)
+    m = ModelStore(home).get("tiny")
+    assert m.draft == "" and not (home / "downloads" / "tiny").exists()
+    assert sorted(p.name for p in (home / "models" / "tiny").iterdir()) == ["Tiny-Q8_0.gguf", "model.json"]
 
 
 def test_the_pulled_pair_serves_losslessly(hub_env, files, tmp_path):

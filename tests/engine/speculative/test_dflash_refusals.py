@@ -1,4 +1,5 @@
-"""A draft that does not fit its target is refused with a clear DraftRefused, never an abort.
+"""A draft that does not fit its target, or a hostile one, is refused with a clear DraftRefused, never an
+abort or a write past a buffer.
 
 If any of these reached llama.cpp unchecked the whole pytest process would die, so a
 passing run is itself the proof that nothing aborted.
@@ -6,12 +7,17 @@ passing run is itself the proof that nothing aborted.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from conftest import DRAFT
 from gguf import GGUFWriter
+from hostile_drafts import HOSTILE, write_hostile
 from tiny_gguf import add_one_block
 
 from engine.errors import ModelLoadError
 from engine.llama.model import Model
+from engine.models.store import ModelStore, no_progress
 from engine.speculative.drafters.dflash import DFlashDrafter, DraftRefused
 from gguf_tools import check_gguf
 from gguf_tools.dflash import DraftConfig, random_tensors, write_dflash_draft, write_random_draft
@@ -99,3 +105,30 @@ def test_a_target_that_cannot_publish_layer_inputs_is_refused(model_path, tmp_pa
         refused(model_path, qwen2, "'qwen2' cannot publish layer inputs")
     finally:
         qwen2.close()
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory) -> dict[str, Path]:
+    """The hostile-draft corpus (tests/hostile_drafts.py), each made from the shipped draft."""
+    d = tmp_path_factory.mktemp("hostile")
+    return {name: write_hostile(DRAFT, d / f"{name}.gguf", name) for name in HOSTILE}
+
+
+@pytest.fixture(scope="module")
+def shop(target, tmp_path_factory) -> ModelStore:
+    """A store with SmolLM2 installed as "shop", for the drafts to be paired with."""
+    store = ModelStore(tmp_path_factory.mktemp("store") / "home")
+    store.import_file(target.path, "shop", progress=no_progress)
+    return store
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_hostile_draft_is_refused_before_llama_cpp_reads_it(target, hostile, shop, name):
+    """At load and at pairing: refused by our reading of the file, so llama.cpp never loads it (if it
+    did, the disclosed shape would write past a heap buffer in this process)."""
+    refused(hostile[name], target, "HINT")
+    folder = shop.models_dir / "shop"
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(DraftRefused):
+        shop.pair("shop", hostile[name], progress=no_progress)
+    assert shop.get("shop").draft == "" and sorted(p.name for p in folder.iterdir()) == before
