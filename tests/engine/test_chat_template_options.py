@@ -59,3 +59,16 @@ def test_the_catalogs_thinking_switch_reaches_the_prompt(tmp_path, qwen3_target)
 def test_a_model_without_catalog_options_renders_the_templates_default(tmp_path, qwen3_target):
     install(tmp_path / "home", "my-qwen3", qwen3_target, {})  # e.g. imported: no catalog entry, no options
     assert served_prompt(tmp_path / "home", "my-qwen3") == PROMPT
+
+
+@pytest.mark.parametrize("name", ["qwen3.5-2b", "qwen3.5-4b"])
+def test_qwen35_entries_answer_without_thinking(tmp_path, model_path, name):
+    """Qwen3.5's template opens a reasoning block unless told not to (unlike Qwen3's, which leaves it to
+    the model): the catalog's entries pass enable_thinking false, so chats and work-order parses get the
+    closed, empty block."""
+    entry = CATALOG[name]
+    target = write_target(tmp_path / entry.filename, model_path, chat_template=family_templates()["qwen3.5"])
+    install(tmp_path / "home", entry.name, target, entry.options())
+    assert served_prompt(tmp_path / "home", entry.name) == PROMPT + "<think>\n\n</think>\n\n"
+    install(tmp_path / "home", "my-qwen3.5", target, {})  # imported by hand: the template's own default
+    assert served_prompt(tmp_path / "home", "my-qwen3.5") == PROMPT + "<think>\n"

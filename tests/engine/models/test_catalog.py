@@ -18,8 +18,8 @@ CELLS = 4096 * 4  # the server's default context x parallel sequences
 def test_the_builtin_catalog_is_complete_and_pinned():
     cat = catalog.load(None)
     assert cat.problems == [] and catalog.DEFAULT_MODEL in cat
-    assert set(cat.names()) >= {"smollm2", "qwen3-4b", "qwen3-8b", "qwen3.8-27b", "muse-glimmer-30b",
-                                "gemma-4-26b-a4b", "qwen3.6-35b-a3b"}
+    assert set(cat.names()) >= {"smollm2", "qwen3-4b", "qwen3.5-2b", "qwen3.5-4b", "qwen3-8b", "qwen3.8-27b",
+                                "muse-glimmer-30b", "gemma-4-26b-a4b", "qwen3.6-35b-a3b"}
     kinds = set()
     for e in cat.entries.values():
         files = [e.target] + ([e.draft.hub] if e.draft and e.draft.hub else [])
@@ -85,13 +85,13 @@ def test_smaller_cards_and_macs_get_what_fits():
     assert offered(tiers.Machine("gpu", "NVIDIA GeForce RTX 3060", 12 * GiB))[1] == "qwen3-8b"
     assert offered(tiers.Machine("unified", "Apple M2", int(10.7 * GiB)))[1] == "qwen3-8b"  # a 16 GB Mac
     assert offered(tiers.Machine("unified", "Apple M3 Max", 48 * GiB))[1] == "qwen3.8-27b"
-    fits, best = offered(tiers.Machine("gpu", "NVIDIA GeForce GTX 1050", 4 * GiB))
-    assert best == "smollm2" and "qwen3-4b" not in fits
+    fits, best = offered(tiers.Machine("gpu", "NVIDIA GeForce GTX 1050", 4 * GiB))  # 3 GiB after the reserve
+    assert best == "qwen3.5-2b" and "qwen3-4b" not in fits and "qwen3.5-4b" not in fits
 
 
 def test_a_machine_without_a_graphics_card_keeps_smollm2_and_is_offered_cpu_models_only():
     fits, best = offered(tiers.Machine("cpu", "", 32 * GiB))
-    assert best is None and set(fits) == {"smollm2", "qwen3-4b"}
+    assert best is None and set(fits) == {"smollm2", "qwen3-4b", "qwen3.5-2b", "qwen3.5-4b"}
 
 
 def test_machine_reads_the_devices_as_the_system_route_lists_them():
