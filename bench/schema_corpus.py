@@ -4,7 +4,7 @@ are refused.
 Compiles every schema of tests/data/schemas (Pydantic v2 models, OpenAI strict schemas, business
 schemas) with this checkout's compile_response_format and reports the share enforced, per source
 kind and overall, every refusal with the keyword and reason the 400 gives, and the compile time
-and grammar size of each. Correctness is the test suite's (tests/engine/test_schema_corpus.py);
+and grammar size of each. Correctness is the test suite's (tests/engine/grammar/test_schema_corpus.py);
 this is the figure.
 
     .venv/bin/python -m bench.schema_corpus [--corpus DIR] [--json out.json]

@@ -33,7 +33,7 @@ def test_the_callers_flashdesk_settings_change_nothing(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         "tests/server/test_app_and_doctor.py::test_doctor_reports_and_bundles_without_private_content",
                         "tests/server/test_app_and_doctor.py::test_doctor_command_prints_plain_words",
-                        "tests/engine/test_store.py", "tests/engine/test_llama_build.py"],
+                        "tests/engine/models/test_store.py", "tests/engine/test_llama_build.py"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert not theirs.exists()  # nothing was written to the user's own home

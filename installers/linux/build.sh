@@ -26,8 +26,9 @@ model() {
   # The default model, verified by the product's own pull, into a store used only for building.
   "$PY" - "$CACHE" <<'PY'
 import sys
+from engine.models.pull import pull
 from engine.models.store import ModelStore, no_progress
-m = ModelStore(sys.argv[1]).pull("smollm2", progress=no_progress)
+m = pull(ModelStore(sys.argv[1]), "smollm2", progress=no_progress)
 print(m.path)
 PY
 }

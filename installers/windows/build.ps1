@@ -88,7 +88,7 @@ function Step-Setup {
 function Step-Model {
     # The default model, verified by the product's own pull, into a store used only for building.
     # Prints the GGUF's path last.
-    & $Py -c "import sys; from engine.store import ModelStore, no_progress; print(ModelStore(sys.argv[1]).pull('smollm2', progress=no_progress).path)" $Cache
+    & $Py -c "import sys; from engine.models.pull import pull; from engine.models.store import ModelStore, no_progress; print(pull(ModelStore(sys.argv[1]), 'smollm2', progress=no_progress).path)" $Cache
     if ($LASTEXITCODE -ne 0) { throw "model pull failed" }
 }
 

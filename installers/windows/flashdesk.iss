@@ -6,7 +6,7 @@
 ;
 ; Program folder vs data folder: the program goes to %LOCALAPPDATA%\Programs\flashdesk; the
 ; user's data (models, chats, audit log, settings, logs) lives in %LOCALAPPDATA%\flashdesk
-; (engine/store.py default_home: platformdirs.user_data_dir("flashdesk", appauthor=False)).
+; (engine/models/store.py default_home: platformdirs.user_data_dir("flashdesk", appauthor=False)).
 ; They must differ: the uninstaller removes the program folder, and an upgrade replaces its
 ; _internal folder. Nothing here touches the data folder, so upgrades and uninstalls keep it.
 

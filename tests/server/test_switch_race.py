@@ -108,11 +108,16 @@ def test_switching_while_chats_stream_and_parses_run(tmp_path, store):
     home = two_models(tmp_path, store)
     srv = ThreadServer(create_app(Settings(home=str(home), ctx=TEST_CTX, threads=2, parallel=2, draft="none")))
     stop, seen, wrong = threading.Event(), [], []
+    # Set while a switch waits for an idle moment: the clients send nothing new until it is accepted, so a
+    # loaded machine cannot starve it. They resume at once, during the load, which is the race under test.
+    make_way = threading.Event()
 
     def client(seed: int) -> None:
         rng = random.Random(seed)
         with httpx.Client(base_url=srv.base, timeout=120) as http:
             while not stop.is_set():
+                while make_way.is_set() and not stop.is_set():
+                    time.sleep(0.01)
                 chat = rng.random() < 0.5
                 model = rng.choice(["smollm2", "shop"] + ([] if chat else [None]))  # a chat names its model
                 named = {"model": model} if model else {}
@@ -152,13 +157,18 @@ def test_switching_while_chats_stream_and_parses_run(tmp_path, store):
     switches = 0
     try:
         for name in ("shop", "smollm2", "shop"):
-            deadline = time.time() + 300  # under CI load the clients leave few idle moments for a switch
+            deadline = time.time() + 300
+            tries = 0
             while time.time() < deadline:
                 r = httpx.post(f"{srv.base}/v1/store/serve", json={"name": name}, timeout=30)
                 if r.status_code == 202:
                     break
                 assert r.status_code == 409 and r.json()["error"]["code"] == "busy", r.text
+                tries += 1
+                if tries == 20:  # refused for a while: the clients make way (under CI load idle moments are rare)
+                    make_way.set()
                 time.sleep(0.02)
+            make_way.clear()
             while served() != name and time.time() < deadline:
                 time.sleep(0.05)
             assert served() == name, f"the switch to {name} did not happen"

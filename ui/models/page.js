@@ -23,7 +23,7 @@ import { ImportCard, pathDialog } from "./import.js";
 import { JobTracker, failedJob, refocus } from "./jobs.js";
 
 const SWITCH_POLL_MS = 1500;
-const DEFAULT_MODEL = "smollm2"; // engine/catalog.py's DEFAULT_MODEL, used when the server does not name one
+const DEFAULT_MODEL = "smollm2"; // engine/models/catalog.py's DEFAULT_MODEL, used when the server does not name one
 
 export function mount(root, ctx) {
   const page = new ModelsPage(root, ctx);

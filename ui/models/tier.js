@@ -3,7 +3,7 @@
 // suggest ("Your NVIDIA GeForce RTX 4090 (24 GB) can run … : 16.5 GB download."), the calm
 // line a computer without a usable graphics card gets instead, and each card's fit words.
 // Shared by the Models page and the chat page's first-run notice, so both say the same.
-// Functions only: no requests, no state; engine/tiers.py decides what fits.
+// Functions only: no requests, no state; engine/models/tiers.py decides what fits.
 
 import { formatBytes } from "../dom.js";
 import { formatList, formatNumber, t } from "../i18n.js";

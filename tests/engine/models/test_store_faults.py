@@ -5,7 +5,7 @@ disk does not stay there for good, and the same operation then succeeds.
 Each job runs in a child process whose progress bar (the public `progress=` of the store's
 calls, which every copy, download and hash reports to) stops it at a known point with the file
 partly written: the child says so, and this process kills it with SIGKILL. No timing is relied on.
-A pull killed mid-download, and its resume: tests/engine/test_hub_pull.py.
+A pull killed mid-download, and its resume: tests/engine/models/test_hub_pull.py.
 """
 
 from __future__ import annotations
