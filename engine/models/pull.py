@@ -18,9 +18,8 @@ import zipfile
 from pathlib import Path
 
 from ..errors import Cancelled, DownloadError, EngineError, ModelNotFound
-from . import hub
-from .catalog import DEFAULT_MODEL, CatalogEntry, HubFile, PypiFile
 from . import files
+from .catalog import DEFAULT_MODEL, CatalogEntry, HubFile, PypiFile
 from .files import ProgressFactory, tqdm_progress
 from .store import InstalledModel, ModelStore
 
@@ -82,6 +81,7 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
     if not want:
         return have
     downloads = store.home / "downloads" / entry.name
+    from . import hub  # huggingface_hub loads when a Hub file is fetched: the app bundle leaves it out
     hub.check_disk(want, downloads)
     for f in want:
         hub.check_pin(f)
@@ -111,6 +111,7 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
 
 def _verify_download(path: Path, f: HubFile, downloads: Path, progress: ProgressFactory) -> None:
     if path.stat().st_size != f.size or files.sha256(path, progress, f"verify {f.file}") != f.sha256:
+        from . import hub
         hub.discard(downloads, f)
         raise DownloadError(f"{f.file} from {f.repo} does not have the pinned sha256; it was deleted and nothing "
                             "was installed. HINT: pull again; if it repeats, your mirror (HF_ENDPOINT) serves a "
