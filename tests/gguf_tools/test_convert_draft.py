@@ -7,9 +7,8 @@ and value scales, GELU); and every refusal (a draft for another target, features
 graph lacks, missing or unknown tensors, an existing output) is a ConvertError that says why.
 Plain DFlash (v1) checkpoints and what flashdesk cannot run: test_convert_draft_v1.py.
 
-The published names below are written out here on purpose, independently of the
-converter's own table (facts: z-lab/dflash tests/fixtures/dflash2-safetensors-header.json
-and dflash2-config.json; the vendored llama.cpp's gguf-py tensor_mapping.py).
+The published names and config (tiny_drafts.py) are written out on purpose, independently of
+the converter's own table.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 from safetensors.numpy import save_file as save_numpy
+from tiny_drafts import published_config, published_name
 
 import gguf_tools.dflash.convert as cd
 from gguf_tools import check_gguf
@@ -31,44 +31,6 @@ from gguf_tools.dflash import DraftConfig, random_tensors
 from gguf_tools.dflash.convert import convert_draft
 
 WIDTH = 8  # anchor + 7 slots, as tests/draft_training/test_parity.py
-_GLOBAL = {"fc.weight": "fc.weight", "enc.output_norm.weight": "hidden_norm.weight",
-           "output_norm.weight": "norm.weight",
-           "selector_predecessor.weight": "candidate_selector.predecessor_codebook",
-           "selector_successor.weight": "candidate_selector.successor_codebook",
-           "selector_hidden.weight": "candidate_selector.hidden_projection.weight"}
-_LAYER = {"attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
-          "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
-          "attn_v.weight": "self_attn.v_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
-          "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
-          "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
-          "ffn_down.weight": "mlp.down_proj.weight", "attn_conv_base": "attention_conv.base_kernel",
-          "attn_conv_proj.weight": "attention_conv.kernel_projection.weight", "ffn_conv_base": "mlp_conv.base_kernel",
-          "ffn_conv_proj.weight": "mlp_conv.kernel_projection.weight"}
-
-
-def published_name(gguf_name: str) -> str:
-    if gguf_name in _GLOBAL:
-        return _GLOBAL[gguf_name]
-    _, i, rest = gguf_name.split(".", 2)
-    return f"layers.{i}.{_LAYER[rest]}"
-
-
-def published_config(cfg: DraftConfig) -> dict:
-    """config.json as a published DFlash 2 checkpoint has it (keys of z-lab's dflash2-config.json)."""
-    return {
-        "architectures": ["DFlash2DraftModel"], "attention_bias": False, "attention_dropout": 0.0, "is_causal": False,
-        "dflash_config": {"block_size": cfg.block_size, "conv_group_size": cfg.conv_group_size,
-                          "conv_kernel_size": cfg.conv_kernel_size, "mask_token_id": cfg.mask_token_id,
-                          "selector_rank": cfg.selector_rank, "selector_top_k": cfg.selector_top_k,
-                          "target_layer_ids": [t - 1 for t in cfg.target_layers]},
-        "dtype": "bfloat16", "head_dim": cfg.head_dim, "hidden_act": "silu", "hidden_size": cfg.n_embd,
-        "initializer_range": 0.02, "intermediate_size": cfg.n_ff, "layer_types": ["full_attention"] * cfg.n_layer,
-        "max_position_embeddings": cfg.context_length, "model_type": "qwen3", "num_attention_heads": cfg.n_head,
-        "num_hidden_layers": cfg.n_layer, "num_key_value_heads": cfg.n_head_kv,
-        "num_target_layers": cfg.target_n_layer, "rms_norm_eps": cfg.rms_eps,
-        "rope_parameters": {"rope_theta": cfg.rope_freq_base, "rope_type": "default"}, "sliding_window": None,
-        "tie_word_embeddings": False, "use_cache": False, "use_sliding_window": False, "vocab_size": cfg.n_vocab,
-    }
 
 
 def draft_weights(cfg: DraftConfig, seed: int) -> dict[str, np.ndarray]:

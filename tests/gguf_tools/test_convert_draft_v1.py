@@ -13,8 +13,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from safetensors.numpy import save_file as save_numpy
-from test_convert_draft import (WIDTH, draft_weights, gguf_tensors, published_config, published_name, variant,
-                                write_config)
+from test_convert_draft import WIDTH, draft_weights, gguf_tensors, variant, write_config
+from tiny_drafts import published_config, published_name, published_v1_config
 from tiny_hf import write_checkpoint
 
 from gguf_tools import check_gguf
@@ -36,17 +36,6 @@ def v2_ckpt(tmp_path_factory, cfg):
     write_config(d, published_config(cfg))
     save_numpy({published_name(k): v for k, v in t.items()}, str(d / "model.safetensors"))
     return d, t
-
-
-def published_v1_config(cfg: DraftConfig) -> dict:
-    """config.json of a published plain DFlash checkpoint: class DFlashDraftModel, block_size at the
-    top level, no conv or selector settings (as z-lab's Qwen3 DFlash releases have it)."""
-    c = published_config(cfg)
-    c["architectures"] = ["DFlashDraftModel"]
-    c["block_size"] = c["dflash_config"].pop("block_size")
-    for k in ("conv_group_size", "conv_kernel_size", "selector_rank", "selector_top_k"):
-        del c["dflash_config"][k]
-    return c
 
 
 @pytest.fixture(scope="module")

@@ -101,3 +101,28 @@ def test_machine_reads_the_devices_as_the_system_route_lists_them():
     metal = [{"type": "gpu", "backend": "Metal", "description": "Apple M3 Max", "memory_bytes": 40 * GiB}]
     assert tiers.machine(True, metal, 48 * GiB).kind == "unified"
     assert tiers.machine(False, cuda, 64 * GiB) == tiers.Machine("cpu", "", 64 * GiB)  # a CPU-only build
+
+
+def test_a_draft_published_as_a_checkpoint_is_named_by_its_files():
+    """The checkpoint form: one repo, revision and licence, config.json and the safetensors each pinned."""
+    pin = {"size": 10, "sha256": "a" * 64}
+    target = {"hub": {"repo": "org/T-GGUF", "revision": "b" * 40, "file": "T-Q8_0.gguf", "size": 100,
+                      "sha256": "c" * 64, "license": "Apache-2.0"}}
+
+    def doc(files):
+        draft = {"kind": "dflash2", "block_size": 8, "n_draft": {"cuda": 7, "metal": 7, "cpu": 3},
+                 "checkpoint": {"repo": "org/T-speculator.dflash2", "revision": "d" * 40, "license": "MIT",
+                                "files": files}}
+        return {"models": [{"name": "t", "title": "T", "target": target, "kv_bytes_per_token": 1, "draft": draft}]}
+
+    (e,) = catalog.parse(doc([{"file": "config.json", **pin}, {"file": "model.safetensors", "size": 5000,
+                                                               "sha256": "e" * 64}]), "test")
+    assert e.draft.hub is None and [f.file for f in e.draft.checkpoint] == ["config.json", "model.safetensors"]
+    assert {(f.repo, f.revision, f.license) for f in e.draft.checkpoint} == {("org/T-speculator.dflash2", "d" * 40,
+                                                                              "MIT")}
+    assert (e.draft.license, e.draft.download_size, e.draft.size, e.download_bytes) == ("MIT", 5010, 5000, 5110)
+    with pytest.raises(catalog.CatalogError, match="contain"):  # no config.json: nothing says what the weights are
+        catalog.parse(doc([{"file": "model.safetensors", **pin}, {"file": "x.safetensors", **pin}]), "test")
+    with pytest.raises(catalog.CatalogError, match="names a file twice"):
+        catalog.parse(doc([{"file": "config.json", **pin}, {"file": "model.safetensors", **pin},
+                           {"file": "config.json", **pin}]), "test")

@@ -1,0 +1,87 @@
+"""A catalog draft published as a safetensors checkpoint, converted to a DFlash GGUF on this computer
+and paired with its installed target: the last step of engine/models/pull.py's `from_hub`.
+
+What it is: the order that keeps the store's rule (nothing half-installed) for a file flashdesk writes
+itself. The caller has already verified every checkpoint file against its pinned sha256; here the GGUF
+is written into `<downloads>/converted/` (never a place the store reads a draft from), checked by
+`ModelStore.pair` exactly as a downloaded draft GGUF is (structure, then the DFlash reading with its
+hostile-draft bounds, then llama.cpp's fit against the target), and only then moved beside the model,
+with the manifest saying what it was converted from. A conversion that fails, is cancelled or is
+killed leaves the model installed and unpaired; its partial output is deleted (or, after a kill, by
+the next try, which starts the conversion over from the verified downloads).
+
+What it is not: the converter (gguf_tools/dflash/convert.py: both checkpoint layouts, z-lab and
+vLLM speculators, and every refusal with its reason) nor the downloads (hub.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from ..errors import InvalidModelFile
+from .catalog import CatalogEntry, HubFile
+from .files import ProgressFactory
+from .store import InstalledModel, ModelStore
+
+OUT_DIR = "converted"  # inside the pull's downloads folder
+
+
+def checkpoint_tag(files: tuple[HubFile, ...]) -> str:
+    """The manifest's draft_source of a draft converted from these exact files."""
+    pins = "\n".join(sorted(f"{f.file}:{f.sha256}" for f in files))
+    return f"hub-checkpoint:{hashlib.sha256(pins.encode()).hexdigest()[:16]}"
+
+
+class _Bar:
+    """convert_draft's `progress(done_bytes, total_bytes)` fed into a pull's progress bar, so a cancel
+    takes effect between tensors as it does between download chunks."""
+
+    def __init__(self, progress: ProgressFactory, desc: str):
+        self.progress, self.desc, self.bar, self.done = progress, desc, None, 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = self.progress(self.desc, total)
+        self.bar.update(done - self.done)  # may raise Cancelled
+        self.done = done
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def convert_and_pair(store: ModelStore, entry: CatalogEntry, downloads: Path, progress: ProgressFactory,
+                     ) -> InstalledModel:
+    """Convert the verified checkpoint in `downloads` for the installed target of `entry`, then pair it.
+    A refused checkpoint raises InvalidModelFile with the converter's reason."""
+    from gguf_tools.convert.errors import ConvertError  # the converter loads only for this step
+    from gguf_tools.dflash.convert import convert_draft
+
+    spec = entry.draft
+    m = store.get(entry.name)
+    out_dir = downloads / OUT_DIR
+    shutil.rmtree(out_dir, ignore_errors=True)  # what a killed conversion left: start it over
+    out_dir.mkdir(parents=True)
+    bar = _Bar(progress, f"convert {spec.checkpoint[0].repo}")
+    try:
+        try:
+            r = convert_draft(downloads, m.path, out_dir / "draft.gguf", progress=bar)
+        except ConvertError as e:
+            raise InvalidModelFile(f"the checkpoint {spec.checkpoint[0].repo} cannot be converted: {e}") from e
+        finally:
+            bar.close()
+        if (r.kind, r.block_size) != (spec.kind, spec.block_size):  # the catalog promised another draft
+            raise InvalidModelFile(f"the checkpoint converts to a {r.kind} draft of block {r.block_size}, but the "
+                                   f"catalog entry says {spec.kind} of block {spec.block_size}. HINT: fix the "
+                                   "catalog entry's draft kind and block_size.")
+        m = store.pair(entry.name, r.path, progress=progress, source=checkpoint_tag(spec.checkpoint), move=True)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)  # paired (moved away), refused or interrupted: nothing stays
+    folder = Path(m.path).parent
+    store._write_manifest(folder, {**store.manifest(folder), "draft_converted_from": {  # noqa: SLF001
+        "repo": spec.checkpoint[0].repo, "revision": spec.checkpoint[0].revision,
+        "files": {f.file: f.sha256 for f in spec.checkpoint}, "layout": r.layout, "class": r.hf_class,
+        "dtype": r.dtype}})
+    return store.get(entry.name)
