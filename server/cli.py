@@ -17,10 +17,11 @@ import time
 from pydantic import ValidationError
 
 from engine import EngineError, hardware
-from engine.models import tiers
+from engine.models import measure, tiers
 from engine.models.catalog import DEFAULT_MODEL
 from engine.models.store import ModelStore
 from engine.models.pull import pull
+from engine.models.speed import Speed
 
 from . import flags
 from .settings import ENGINE_DEFAULTS, Settings
@@ -76,26 +77,33 @@ def offer_sentence(here: tiers.Machine, o: tiers.Offer) -> str:
     """The plain-words offer of the Models page, for the terminal (English only)."""
     where = (f"Your {here.name or 'graphics card'} ({here.memory_bytes / 2**30:.0f} GB)" if here.kind == "gpu" else
              f"Your Mac ({here.memory_bytes / 2**30:.0f} GB usable by the graphics)" if here.kind == "unified" else
-             "This computer (no graphics card flashdesk can use)")
+             "This computer's processor (no graphics card flashdesk can use)")
     draft = f" with its {KIND_WORDS[o.draft_kind]}" if o.draft_kind else ""
-    return f"{where} can run {o.title}{draft}: {o.download_bytes / 1e9:.1f} GB download."
+    speed = f" about {speed_words(o.speed)}," if o.speed else ""
+    return f"{where} can run {o.title}{draft}:{speed} {o.download_bytes / 1e9:.1f} GB download."
+
+
+def speed_words(s: Speed) -> str:
+    return f"{s.words_per_s():.1f} words a second here, {s.work_order_s:.0f} s per work order"
 
 
 def cmd_catalog(a) -> int:
     store = ModelStore(a.home)
     cat = store.catalog()
     here = hardware.machine()
-    offers = tiers.offers(cat, here, ENGINE_DEFAULTS.n_ctx * ENGINE_DEFAULTS.n_parallel)
+    rates = measure.this_computer(store, None, ENGINE_DEFAULTS.n_threads) if here.kind == "cpu" else None
+    offers = tiers.offers(cat, here, ENGINE_DEFAULTS.n_ctx * ENGINE_DEFAULTS.n_parallel, rates)
     best = next((o for o in offers if o.recommended), None)
     if best:
         print(offer_sentence(here, best) + f" Run `flashdesk pull {best.name}`.\n")
     installed = {m.name for m in store.list()}
-    print(f"{'NAME':18} {'DOWNLOAD':>9} {'MEMORY':>8}  {'FITS':4} {'DRAFT':8} LICENCES (target / draft)")
+    print(f"{'NAME':18} {'DOWNLOAD':>9} {'MEMORY':>8}  {'FITS':4} {'TOK/S':>6} {'DRAFT':8} LICENCES (target / draft)")
     for o in offers:
         e = cat.get(o.name)
         lic = e.license + (f" / {e.draft.license}" if e.draft else "")
         mark = "installed" if o.name in installed else ("yes" if o.fits else "no")
-        print(f"{o.name:18} {o.download_bytes / 1e9:8.1f}G {o.memory_bytes / 1e9:7.1f}G  {mark:4} "
+        tok_s = f"{o.speed.tokens_per_s:6.1f}" if o.speed else f"{'-':>6}"
+        print(f"{o.name:18} {o.download_bytes / 1e9:8.1f}G {o.memory_bytes / 1e9:7.1f}G  {mark:4} {tok_s} "
               f"{o.draft_kind or 'lookup':8} {lic}")
     for f, why in cat.problems:
         print(f"warning: {f} skipped: {why}", file=sys.stderr)

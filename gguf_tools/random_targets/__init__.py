@@ -65,22 +65,31 @@ def architectures(include_refused: bool = False) -> tuple[str, ...]:
 
 
 def write_random_target(path: str | os.PathLike, arch: str, *, tokenizer_from: str | os.PathLike,
-                        seed: int = 0, chat_template: str | None = None) -> Path:
+                        seed: int = 0, chat_template: str | None = None, dims=None, n_vocab: int | None = None,
+                        f16: bool = False) -> Path:
     """Write a tiny random `arch` model with the vocabulary (and, unless `chat_template` is given,
-    the chat template) of the GGUF at `tokenizer_from`."""
+    the chat template) of the GGUF at `tokenizer_from`. `dims` (a Qwen's `qwen.Dims`) gives another
+    size; `n_vocab` pads the vocabulary with unreachable tokens to a real model's row count; `f16`
+    stores every matrix as f16, as a real checkpoint does before it is quantized (real.py)."""
     layouts = _layouts()
     if arch not in layouts:
         raise ValueError(f"no tiny layout for architecture {arch!r} (have: {', '.join(layouts)})")
     src = check_gguf(tokenizer_from, arrays=(TOKENIZER_PREFIX,))
-    n_vocab = len(src.metadata["tokenizer.ggml.tokens"])
-    lay = layouts[arch](n_vocab)
+    n_src = len(src.metadata["tokenizer.ggml.tokens"])
+    n_vocab = n_vocab or n_src
+    if n_vocab < n_src:
+        raise ValueError(f"n_vocab {n_vocab} is below the {n_src} tokens of {tokenizer_from}")
+    lay = layouts[arch](n_vocab) if dims is None else layouts[arch](n_vocab, dims)
     w = GGUFWriter(str(path), arch)
     w.add_string("general.name", f"tiny random {arch}")
     for key, val in lay.hparams.items():
         _add(w, f"{arch}.{key}", val)
+    pads = {"tokenizer.ggml.tokens": [f"<|unused_{i}|>" for i in range(n_vocab - n_src)],
+            "tokenizer.ggml.token_type": [1] * (n_vocab - n_src), "tokenizer.ggml.scores": [0.0] * (n_vocab - n_src)}
     for key, value in src.metadata.items():
         if key.startswith(TOKENIZER_PREFIX) and not (chat_template is not None and key == "tokenizer.chat_template"):
-            w.add_key_value(key, value, *src.types[key])
+            w.add_key_value(key, list(value) + pads[key] if key in pads and n_vocab > n_src else value,
+                            *src.types[key])
     if chat_template is not None:
         w.add_string("tokenizer.chat_template", chat_template)
     rng = np.random.default_rng(seed)
@@ -89,9 +98,13 @@ def write_random_target(path: str | os.PathLike, arch: str, *, tokenizer_from: s
             a = lay.fill[name](rng, shape)
         elif name.endswith("norm.weight"):
             a = np.ones(shape)
+        elif f16:  # float32 draws: a real-size model's float64 draws would not fit in memory
+            a = rng.standard_normal(shape, dtype=np.float32) * np.float32(lay.scale)
         else:
             a = rng.standard_normal(shape) * lay.scale
-        w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float16 if name == "token_embd.weight" else np.float32))
+        # llama.cpp's short convolution reads f32 only; real files keep it f32 too
+        half = name == "token_embd.weight" or (f16 and len(shape) > 1 and "conv1d" not in name)
+        w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float16 if half else np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

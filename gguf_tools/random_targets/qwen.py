@@ -2,7 +2,8 @@
 `qwen3next` (hybrid, MoE; the pinned llama.cpp keeps no rollback snapshots for it).
 
 Layouts for `write_random_target` (this package's __init__): the keys and tensor shapes the
-pinned llama.cpp's loaders ask for, at toy size. 4 layers of width 64 with 4 query heads of 16
+pinned llama.cpp's loaders ask for, at toy size unless `Dims` gives a real one (the dense pair
+only: real.py writes catalog entries' shapes for speed measurements). 4 layers of width 64 with 4 query heads of 16
 and 2 KV heads; the Qwen3.5 pair has Gated DeltaNet (linear attention) layers 0-2 and one full
 attention layer (3), as their `full_attention_interval` of 4 makes it, so both layer kinds and
 the hybrid memory (recurrent state + KV cache) are exercised. Weights are random: these prove
@@ -25,93 +26,118 @@ References (vendor/llama.cpp of llama-cpp-python 0.3.36):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from . import Layout
 
-N_EMBD, N_LAYER, N_FF = 64, 4, 128
-N_HEAD, N_HEAD_KV, HEAD_DIM = 4, 2, 16  # n_head * head_dim == n_embd, as the DFlash draft assumes
 CTX = 4096
 EPS = 1e-6
 
-# Gated DeltaNet dims. llama.cpp sizes k and v heads both by ssm.state_size, so inner_size
-# (d_inner) must be state_size * time_step_rank (the graph divides it back by the v heads).
-SSM_CONV, SSM_STATE, SSM_K_HEADS, SSM_V_HEADS = 4, 16, 2, 4  # group_count = k heads, time_step_rank = v heads
-SSM_INNER = SSM_STATE * SSM_V_HEADS  # 64: value_dim
-SSM_KEY = SSM_STATE * SSM_K_HEADS  # 32: key_dim
-SSM_CONV_DIM = 2 * SSM_KEY + SSM_INNER  # 128: q, k, v channels through the short conv
-FULL_ATTN_INTERVAL = 4  # layer i is full attention iff (i + 1) % 4 == 0: here only layer 3
 
-# qwen35 uses interleaved M-RoPE on a partial rotary width; the sections (t, h, w, extra) sum to
-# n_rot / 2, like the real [11, 11, 10, 0] for n_rot 64. For text all position axes are equal.
-N_ROT_35, ROPE_SECTIONS_35 = 8, [2, 1, 1, 0]
+@dataclass(frozen=True)
+class Dims:
+    """A Qwen's widths. The defaults are the tiny test size: 4 layers of width 64, 4 query heads of
+    16 and 2 KV heads (n_head * head_dim == n_embd, as the DFlash draft assumes). Real shapes
+    (gguf_tools/random_targets/real.py) give a catalog entry's own."""
+
+    n_embd: int = 64
+    n_layer: int = 4
+    n_ff: int = 128
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 16
+    # Gated DeltaNet. llama.cpp sizes k and v heads both by ssm.state_size, so inner_size (d_inner)
+    # must be state_size * time_step_rank (the graph divides it back by the v heads).
+    ssm_conv: int = 4
+    ssm_state: int = 16
+    ssm_k_heads: int = 2  # group_count
+    ssm_v_heads: int = 4  # time_step_rank
+    # qwen35 uses interleaved M-RoPE on a partial rotary width; the sections (t, h, w, extra) sum to
+    # n_rot / 2, like the real [11, 11, 10, 0] for n_rot 64. For text all position axes are equal.
+    n_rot_35: int = 8
+    rope_sections_35: tuple[int, int, int, int] = (2, 1, 1, 0)
+
+    @property
+    def ssm_inner(self) -> int:  # value_dim
+        return self.ssm_state * self.ssm_v_heads
+
+    @property
+    def ssm_key(self) -> int:  # key_dim
+        return self.ssm_state * self.ssm_k_heads
+
+    @property
+    def ssm_conv_dim(self) -> int:  # q, k, v channels through the short conv
+        return 2 * self.ssm_key + self.ssm_inner
+
+
+TINY = Dims()
+FULL_ATTN_INTERVAL = 4  # layer i is full attention iff (i + 1) % 4 == 0: at tiny size only layer 3
 
 N_EXPERT, N_EXPERT_USED, N_FF_EXP, N_FF_SHEXP = 4, 2, 32, 64
 
-# qwen3next ropes only partial_rotary_factor 0.25 of each head, as conversion/qwen.py writes it.
-N_ROT_NEXT = HEAD_DIM // 4
 
-
-def _common(arch_rope_base: float) -> dict[str, object]:
+def _common(d: Dims, arch_rope_base: float) -> dict[str, object]:
     """The keys every Qwen here has (and that DraftConfig.for_target reads)."""
     return {
-        "context_length": CTX, "embedding_length": N_EMBD, "block_count": N_LAYER,
-        "feed_forward_length": N_FF, "attention.head_count": N_HEAD, "attention.head_count_kv": N_HEAD_KV,
-        "attention.key_length": HEAD_DIM, "attention.value_length": HEAD_DIM,
+        "context_length": CTX, "embedding_length": d.n_embd, "block_count": d.n_layer,
+        "feed_forward_length": d.n_ff, "attention.head_count": d.n_head, "attention.head_count_kv": d.n_head_kv,
+        "attention.key_length": d.head_dim, "attention.value_length": d.head_dim,
         "attention.layer_norm_rms_epsilon": EPS, "rope.freq_base": arch_rope_base,
     }
 
 
-def _embeddings(n_vocab: int) -> dict[str, tuple[int, ...]]:
-    return {"token_embd.weight": (n_vocab, N_EMBD), "output_norm.weight": (N_EMBD,)}
+def _embeddings(d: Dims, n_vocab: int) -> dict[str, tuple[int, ...]]:
+    return {"token_embd.weight": (n_vocab, d.n_embd), "output_norm.weight": (d.n_embd,)}
 
 
-def _attention(p: str, q_out: int) -> dict[str, tuple[int, ...]]:
+def _attention(d: Dims, p: str, q_out: int) -> dict[str, tuple[int, ...]]:
     """Full attention with per-head RMS norms on q and k. `q_out` is n_head * head_dim, doubled in
     qwen35 where each head's query is followed by its output gate in the same projection."""
     return {
-        f"{p}.attn_q.weight": (q_out, N_EMBD),
-        f"{p}.attn_k.weight": (N_HEAD_KV * HEAD_DIM, N_EMBD),
-        f"{p}.attn_v.weight": (N_HEAD_KV * HEAD_DIM, N_EMBD),
-        f"{p}.attn_output.weight": (N_EMBD, N_HEAD * HEAD_DIM),
-        f"{p}.attn_q_norm.weight": (HEAD_DIM,),
-        f"{p}.attn_k_norm.weight": (HEAD_DIM,),
+        f"{p}.attn_q.weight": (q_out, d.n_embd),
+        f"{p}.attn_k.weight": (d.n_head_kv * d.head_dim, d.n_embd),
+        f"{p}.attn_v.weight": (d.n_head_kv * d.head_dim, d.n_embd),
+        f"{p}.attn_output.weight": (d.n_embd, d.n_head * d.head_dim),
+        f"{p}.attn_q_norm.weight": (d.head_dim,),
+        f"{p}.attn_k_norm.weight": (d.head_dim,),
     }
 
 
-def _dense_ffn(p: str) -> dict[str, tuple[int, ...]]:
-    return {f"{p}.ffn_gate.weight": (N_FF, N_EMBD), f"{p}.ffn_up.weight": (N_FF, N_EMBD),
-            f"{p}.ffn_down.weight": (N_EMBD, N_FF)}
+def _dense_ffn(d: Dims, p: str) -> dict[str, tuple[int, ...]]:
+    return {f"{p}.ffn_gate.weight": (d.n_ff, d.n_embd), f"{p}.ffn_up.weight": (d.n_ff, d.n_embd),
+            f"{p}.ffn_down.weight": (d.n_embd, d.n_ff)}
 
 
-def _moe_ffn(p: str) -> dict[str, tuple[int, ...]]:
+def _moe_ffn(d: Dims, p: str) -> dict[str, tuple[int, ...]]:
     """Softmax-routed experts (stacked: expert first) plus one shared expert whose output is scaled
     by sigmoid(ffn_gate_inp_shexp . x): that gate is a single row, (n_embd,)."""
     return {
-        f"{p}.ffn_gate_inp.weight": (N_EXPERT, N_EMBD),
-        f"{p}.ffn_gate_exps.weight": (N_EXPERT, N_FF_EXP, N_EMBD),
-        f"{p}.ffn_up_exps.weight": (N_EXPERT, N_FF_EXP, N_EMBD),
-        f"{p}.ffn_down_exps.weight": (N_EXPERT, N_EMBD, N_FF_EXP),
-        f"{p}.ffn_gate_inp_shexp.weight": (N_EMBD,),
-        f"{p}.ffn_gate_shexp.weight": (N_FF_SHEXP, N_EMBD),
-        f"{p}.ffn_up_shexp.weight": (N_FF_SHEXP, N_EMBD),
-        f"{p}.ffn_down_shexp.weight": (N_EMBD, N_FF_SHEXP),
+        f"{p}.ffn_gate_inp.weight": (N_EXPERT, d.n_embd),
+        f"{p}.ffn_gate_exps.weight": (N_EXPERT, N_FF_EXP, d.n_embd),
+        f"{p}.ffn_up_exps.weight": (N_EXPERT, N_FF_EXP, d.n_embd),
+        f"{p}.ffn_down_exps.weight": (N_EXPERT, d.n_embd, N_FF_EXP),
+        f"{p}.ffn_gate_inp_shexp.weight": (d.n_embd,),
+        f"{p}.ffn_gate_shexp.weight": (N_FF_SHEXP, d.n_embd),
+        f"{p}.ffn_up_shexp.weight": (N_FF_SHEXP, d.n_embd),
+        f"{p}.ffn_down_shexp.weight": (d.n_embd, N_FF_SHEXP),
     }
 
 
-def _delta_net(p: str) -> dict[str, tuple[int, ...]]:
+def _delta_net(d: Dims, p: str) -> dict[str, tuple[int, ...]]:
     """A Gated DeltaNet layer. llama.cpp marks attn_qkv / attn_gate optional but its graph
     multiplies by both unconditionally, so both are written."""
     return {
-        f"{p}.attn_qkv.weight": (SSM_CONV_DIM, N_EMBD),  # x -> [q | k | v]
-        f"{p}.attn_gate.weight": (SSM_INNER, N_EMBD),  # x -> z, the output gate of the gated norm
-        f"{p}.ssm_conv1d.weight": (SSM_CONV_DIM, SSM_CONV),  # depthwise causal conv, one row per channel
-        f"{p}.ssm_dt.bias": (SSM_V_HEADS,),  # added to alpha before softplus
-        f"{p}.ssm_a": (SSM_V_HEADS,),  # -exp(A_log): no ".weight" suffix in llama.cpp's name
-        f"{p}.ssm_beta.weight": (SSM_V_HEADS, N_EMBD),  # x -> write strength (sigmoid)
-        f"{p}.ssm_alpha.weight": (SSM_V_HEADS, N_EMBD),  # x -> decay input
-        f"{p}.ssm_norm.weight": (SSM_STATE,),  # per-head RMS norm of the output (weights of ones)
-        f"{p}.ssm_out.weight": (N_EMBD, SSM_INNER),
+        f"{p}.attn_qkv.weight": (d.ssm_conv_dim, d.n_embd),  # x -> [q | k | v]
+        f"{p}.attn_gate.weight": (d.ssm_inner, d.n_embd),  # x -> z, the output gate of the gated norm
+        f"{p}.ssm_conv1d.weight": (d.ssm_conv_dim, d.ssm_conv),  # depthwise causal conv, one row per channel
+        f"{p}.ssm_dt.bias": (d.ssm_v_heads,),  # added to alpha before softplus
+        f"{p}.ssm_a": (d.ssm_v_heads,),  # -exp(A_log): no ".weight" suffix in llama.cpp's name
+        f"{p}.ssm_beta.weight": (d.ssm_v_heads, d.n_embd),  # x -> write strength (sigmoid)
+        f"{p}.ssm_alpha.weight": (d.ssm_v_heads, d.n_embd),  # x -> decay input
+        f"{p}.ssm_norm.weight": (d.ssm_state,),  # per-head RMS norm of the output (weights of ones)
+        f"{p}.ssm_out.weight": (d.n_embd, d.ssm_inner),
     }
 
 
@@ -130,75 +156,76 @@ def _is_recurrent(il: int) -> bool:
     return (il + 1) % FULL_ATTN_INTERVAL != 0
 
 
-def qwen3(n_vocab: int) -> Layout:
+def qwen3(n_vocab: int, d: Dims = TINY) -> Layout:
     """Qwen3 dense: pre-norm attention with q/k norms (full rotary on head_dim), SwiGLU FFN."""
-    tensors = _embeddings(n_vocab)
-    for il in range(N_LAYER):
+    tensors = _embeddings(d, n_vocab)
+    for il in range(d.n_layer):
         p = f"blk.{il}"
-        tensors |= {f"{p}.attn_norm.weight": (N_EMBD,)} | _attention(p, N_HEAD * HEAD_DIM)
-        tensors |= {f"{p}.ffn_norm.weight": (N_EMBD,)} | _dense_ffn(p)
-    return Layout(hparams=_common(1e6), tensors=tensors)
+        tensors |= {f"{p}.attn_norm.weight": (d.n_embd,)} | _attention(d, p, d.n_head * d.head_dim)
+        tensors |= {f"{p}.ffn_norm.weight": (d.n_embd,)} | _dense_ffn(d, p)
+    return Layout(hparams=_common(d, 1e6), tensors=tensors)
 
 
-def _qwen35_family(n_vocab: int, moe: bool) -> Layout:
-    hparams = _common(1e7) | {
-        "rope.dimension_count": N_ROT_35,
-        "rope.dimension_sections": ROPE_SECTIONS_35,  # required by the loader (int32 array of 4)
-        "ssm.conv_kernel": SSM_CONV, "ssm.state_size": SSM_STATE, "ssm.group_count": SSM_K_HEADS,
-        "ssm.time_step_rank": SSM_V_HEADS, "ssm.inner_size": SSM_INNER,
+def _qwen35_family(n_vocab: int, moe: bool, d: Dims) -> Layout:
+    hparams = _common(d, 1e7) | {
+        "rope.dimension_count": d.n_rot_35,
+        "rope.dimension_sections": list(d.rope_sections_35),  # required by the loader (int32 array of 4)
+        "ssm.conv_kernel": d.ssm_conv, "ssm.state_size": d.ssm_state, "ssm.group_count": d.ssm_k_heads,
+        "ssm.time_step_rank": d.ssm_v_heads, "ssm.inner_size": d.ssm_inner,
         "full_attention_interval": FULL_ATTN_INTERVAL,
     }
     if moe:
         hparams |= {"expert_count": N_EXPERT, "expert_used_count": N_EXPERT_USED,
                     "expert_feed_forward_length": N_FF_EXP, "expert_shared_feed_forward_length": N_FF_SHEXP}
-    tensors, fill = _embeddings(n_vocab), {}
-    for il in range(N_LAYER):
+    tensors, fill = _embeddings(d, n_vocab), {}
+    for il in range(d.n_layer):
         p = f"blk.{il}"
         # the block: x + mixer(attn_norm(x)), then h + ffn(post_attention_norm(h)); no ffn_norm
-        tensors |= {f"{p}.attn_norm.weight": (N_EMBD,), f"{p}.post_attention_norm.weight": (N_EMBD,)}
+        tensors |= {f"{p}.attn_norm.weight": (d.n_embd,), f"{p}.post_attention_norm.weight": (d.n_embd,)}
         if _is_recurrent(il):
-            tensors |= _delta_net(p)
+            tensors |= _delta_net(d, p)
             fill |= {f"{p}.ssm_a": _ssm_a, f"{p}.ssm_dt.bias": _ssm_dt_bias}
         else:
-            tensors |= _attention(p, 2 * N_HEAD * HEAD_DIM)  # query and gate per head
-        tensors |= _moe_ffn(p) if moe else _dense_ffn(p)
+            tensors |= _attention(d, p, 2 * d.n_head * d.head_dim)  # query and gate per head
+        tensors |= _moe_ffn(d, p) if moe else _dense_ffn(d, p)
     return Layout(hparams=hparams, tensors=tensors, fill=fill)
 
 
-def qwen35(n_vocab: int) -> Layout:
+def qwen35(n_vocab: int, d: Dims = TINY) -> Layout:
     """Qwen3.5 dense: 3 Gated DeltaNet layers + 1 gated full-attention layer, SwiGLU FFN."""
-    return _qwen35_family(n_vocab, moe=False)
+    return _qwen35_family(n_vocab, False, d)
 
 
-def qwen35moe(n_vocab: int) -> Layout:
+def qwen35moe(n_vocab: int, d: Dims = TINY) -> Layout:
     """Qwen3.5 MoE: as qwen35, with 4 routed experts (2 used) and a gated shared expert per layer."""
-    return _qwen35_family(n_vocab, moe=True)
+    return _qwen35_family(n_vocab, True, d)
 
 
-def qwen3next(n_vocab: int) -> Layout:
+def qwen3next(n_vocab: int, d: Dims = TINY) -> Layout:
     """Qwen3-Next: qwen35moe's plan (3 Gated DeltaNet layers + 1 gated full-attention layer, routed
     experts + gated shared expert in every layer; the loader refuses zero experts). Its DeltaNet
     reads beta and alpha from one fused `ssm_ba` projection, grouped per key head as [beta | alpha]
     (n_v / n_k rows each), and its attention uses NeoX rope on a quarter of each head."""
-    hparams = _common(1e7) | {
-        "rope.dimension_count": N_ROT_NEXT,
-        "ssm.conv_kernel": SSM_CONV, "ssm.state_size": SSM_STATE, "ssm.group_count": SSM_K_HEADS,
-        "ssm.time_step_rank": SSM_V_HEADS, "ssm.inner_size": SSM_INNER,
+    hparams = _common(d, 1e7) | {
+        "rope.dimension_count": d.head_dim // 4,
+        "ssm.conv_kernel": d.ssm_conv, "ssm.state_size": d.ssm_state, "ssm.group_count": d.ssm_k_heads,
+        "ssm.time_step_rank": d.ssm_v_heads, "ssm.inner_size": d.ssm_inner,
         "full_attention_interval": FULL_ATTN_INTERVAL,
         "expert_count": N_EXPERT, "expert_used_count": N_EXPERT_USED,
         "expert_feed_forward_length": N_FF_EXP, "expert_shared_feed_forward_length": N_FF_SHEXP,
     }
-    tensors, fill = _embeddings(n_vocab), {}
-    for il in range(N_LAYER):
+    tensors, fill = _embeddings(d, n_vocab), {}
+    for il in range(d.n_layer):
         p = f"blk.{il}"
-        tensors |= {f"{p}.attn_norm.weight": (N_EMBD,), f"{p}.post_attention_norm.weight": (N_EMBD,)}
+        tensors |= {f"{p}.attn_norm.weight": (d.n_embd,), f"{p}.post_attention_norm.weight": (d.n_embd,)}
         if _is_recurrent(il):
-            net = {k: v for k, v in _delta_net(p).items() if k not in (f"{p}.ssm_beta.weight", f"{p}.ssm_alpha.weight")}
-            tensors |= net | {f"{p}.ssm_ba.weight": (2 * SSM_V_HEADS, N_EMBD)}
+            fused = (f"{p}.ssm_beta.weight", f"{p}.ssm_alpha.weight")
+            net = {k: v for k, v in _delta_net(d, p).items() if k not in fused}
+            tensors |= net | {f"{p}.ssm_ba.weight": (2 * d.ssm_v_heads, d.n_embd)}
             fill |= {f"{p}.ssm_a": _ssm_a, f"{p}.ssm_dt.bias": _ssm_dt_bias}
         else:
-            tensors |= _attention(p, 2 * N_HEAD * HEAD_DIM)  # query and gate per head, as in qwen35
-        tensors |= _moe_ffn(p)
+            tensors |= _attention(d, p, 2 * d.n_head * d.head_dim)  # query and gate per head, as in qwen35
+        tensors |= _moe_ffn(d, p)
     return Layout(hparams=hparams, tensors=tensors, fill=fill)
 
 

@@ -19,10 +19,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
 from engine import hardware
-from engine.models import tiers
-from engine.models.catalog import DEFAULT_MODEL, CatalogEntry, HubFile
+from engine.models import measure, tiers
+from engine.models.catalog import DEFAULT_MODEL, CatalogEntry, DraftSpec, HubFile
 from engine.errors import EngineError, InvalidRequest
 from engine.models.pull import pull as pull_model
+from engine.models.speed import WORDS_PER_TOKEN, Speed
 from engine.models.store import InstalledModel, ModelStore
 from gguf_tools import GGUFFormatError, check_gguf
 from gguf_tools.rollback import rollback_plan
@@ -127,15 +128,33 @@ def catalog_json(e: CatalogEntry, offer: tiers.Offer, installed: dict[str, Insta
     d = e.draft
     draft = None if d is None else {
         "kind": d.kind, "block_size": d.block_size, "n_draft": d.n_draft, "license": d.license, "size": d.size,
-        **(_file_json(d.hub) if d.hub else {"source": "shipped", "file": d.shipped})}
+        **(_file_json(d.hub) if d.hub else _checkpoint_json(d) if d.checkpoint else
+           {"source": "shipped", "file": d.shipped})}
     m = installed.get(e.name)
     return {"name": e.name, "title": e.title, "summary": e.summary, "summaries": e.summaries,
             "architecture": e.architecture,
             "license": e.license, "target": _file_json(e.target), "draft": draft,
             "size": e.download_bytes, "download_bytes": offer.download_bytes, "memory_bytes": offer.memory_bytes,
             "fits": offer.fits, "recommended": offer.recommended, "cpu": e.cpu, "source": e.source,
+            "speed": _speed_json(offer.speed),
             "installed": m is not None and m.sha256 == e.target.sha256,
-            "has_draft": d is not None and (d.hub is not None or e.draft_file is not None)}
+            "has_draft": d is not None and (d.hub is not None or bool(d.checkpoint) or e.draft_file is not None)}
+
+
+def _checkpoint_json(d: DraftSpec) -> dict:
+    """A draft published as safetensors: its files, converted to GGUF on this computer when pulled."""
+    first = d.checkpoint[0]
+    return {"source": "huggingface-checkpoint", "repo": first.repo, "revision": first.revision, "converted": True,
+            "files": [{"file": f.file, "size": f.size, "sha256": f.sha256} for f in d.checkpoint]}
+
+
+def _speed_json(speed: Speed | None) -> dict | None:
+    """The page says it in words of the reader's language (ui/models/tier.js picks one)."""
+    if speed is None:
+        return None
+    return {"tokens_per_s": round(speed.tokens_per_s, 2), "work_order_s": round(speed.work_order_s, 1),
+            "usable": speed.usable,
+            "words_per_s": {lang: round(speed.words_per_s(lang), 2) for lang in WORDS_PER_TOKEN}}
 
 
 def machine_json(here: tiers.Machine) -> dict:
@@ -151,7 +170,9 @@ def list_models(request: Request):
     installed = {m.name: m for m in store.list()}
     cat = store.catalog()
     here = hardware.machine()
-    offers = {o.name: o for o in tiers.offers(cat, here, settings.ctx * settings.parallel)}
+    # a computer without a graphics card is measured (once; about a second) to say what each model would do here
+    rates = measure.this_computer(store, rt.served.model, settings.threads) if here.kind == "cpu" else None
+    offers = {o.name: o for o in tiers.offers(cat, here, settings.ctx * settings.parallel, rates)}
     return {"object": "list", "data": [model_json(store, m, rt) for m in installed.values()],
             "catalog": [catalog_json(e, offers[e.name], installed) for e in cat.entries.values()],
             "catalog_problems": [{"file": f, "error": why} for f, why in cat.problems],

@@ -1,10 +1,12 @@
 """The hardware tier in the browser: the sentence that names the model this computer should run
-(a graphics card, a Mac; English and Traditional Chinese), the recommended card first, the
-chat page's first-run notice that leads to it and stays away once dismissed, and on this
-CPU-only machine's real server no recommendation at all.
+(a graphics card, a Mac, a processor fast enough; English and Traditional Chinese), the recommended
+card first, the chat page's first-run notice that leads to it and stays away once dismissed; on a
+processor, each model's speed here in words, and the calm sentence of one too slow for more.
 
 This machine has no graphics card, so the GPU and Mac cases answer GET /v1/store/models with
 a copy of the real server's JSON whose `hardware` (and tier fields) are those of such a machine.
+The processor cases do the same with given speeds, so that what they show does not depend on how
+fast the test machine is; the real server's own measurement is checked for its form.
 """
 
 from __future__ import annotations
@@ -120,15 +122,93 @@ def test_once_the_recommended_model_is_installed_the_chat_page_says_nothing(tab)
     expect(page.locator(".tier-notice")).to_have_count(0)
 
 
-def test_a_cpu_only_computer_gets_no_recommendation(tab):
-    """The real server on this machine (no graphics card): SmolLM2 stays, the `cpu` entries are named,
-    nothing is marked recommended, the big models say they need a graphics card, the chat page says nothing."""
+CPU = {"kind": "cpu", "name": "", "memory_bytes": 16 << 30, "budget_bytes": int((16 << 30) * 0.6)}
+CPU_SENTENCES = {
+    ("en-US", "fast"): "flashdesk found no graphics card it can use on this computer, but its processor can run "
+                       "Qwen3.5-4B (Q4_K_M): about 6 words a second here, about 45 seconds per work order. "
+                       "2.7 GB download.",
+    ("zh-TW", "fast"): "flashdesk 在這台電腦上找不到可以使用的顯示卡，但處理器可以執行 Qwen3.5-4B (Q4_K_M)："
+                       "在這台電腦上每秒大約 8 個字，每張工單大約 45 秒。下載大小為 2.7 GB。",
+    ("en-US", "slow"): "flashdesk found no graphics card it can use on this computer, so SmolLM2-135M-Instruct (Q4_1) "
+                       "stays the standard model. Bigger models would be slow on this processor: Qwen3.5-2B (Q4_K_M), "
+                       "the quickest, would give about 2.3 words a second here, about 2.6 minutes per work order.",
+    ("zh-TW", "slow"): "flashdesk 在這台電腦上找不到可以使用的顯示卡，所以標準模型仍是 SmolLM2-135M-Instruct (Q4_1)。"
+                       "更大的模型在這個處理器上會太慢：其中最快的 Qwen3.5-2B (Q4_K_M)，在這台電腦上每秒大約 3 個字，"
+                       "每張工單大約 2.6 分鐘。",
+}
+
+
+def as_processor(tab, fast: bool) -> None:
+    """Answer GET /v1/store/models as the real server would on a 16 GB computer without a graphics
+    card whose processor gives the 4B 8 tokens a second (`fast`), or the 2B only 3 (so none is
+    recommended)."""
+    def answer(route):
+        body = route.fetch().json()
+        body["hardware"] = CPU
+        for c in body["catalog"]:
+            c["fits"] = bool(c["cpu"]) and c["memory_bytes"] <= CPU["budget_bytes"]
+            c["recommended"] = fast and c["name"] == "qwen3.5-4b"
+            tok_s = {"qwen3.5-4b": 8.0, "qwen3.5-2b": 12.0, "qwen3-4b": 8.5, "smollm2": 90.0}.get(c["name"], 1.0)
+            tok_s = tok_s if fast else tok_s / 4
+            secs = 46.8 if fast else 155.0
+            c["speed"] = None if not c["cpu"] else {
+                "tokens_per_s": tok_s, "work_order_s": secs if c["name"] != "smollm2" else 3.0, "usable": tok_s >= 5,
+                "words_per_s": {"en": tok_s * 0.75, "zh-TW": tok_s}}
+        route.fulfill(json=body)
+
+    tab.page.route("**/v1/store/models", answer)
+
+
+@pytest.mark.parametrize("locale", ["en-US", "zh-TW"])
+def test_a_fast_processor_is_recommended_a_model_with_its_speed_in_words(browser, ui_server, locale):
+    tab = Page(browser, ui_server.base, locale)
+    try:
+        as_processor(tab, fast=True)
+        sentence = CPU_SENTENCES[(locale, "fast")]
+        page = tab.open("#/models")
+        expect(page.locator(".tier-line")).to_have_text(sentence)
+        first = page.locator(".catalog-card").first
+        expect(first).to_have_attribute("data-model", "qwen3.5-4b")
+        expect(first.locator(".catalog-recommended")).to_have_text(WORDS[locale]["badge"])
+        speed_words = "about 6 words a second here, about 45 seconds per work order" if locale == "en-US" else \
+            "在這台電腦上每秒大約 8 個字，每張工單大約 45 秒"
+        expect(first.locator(".facts")).to_contain_text(speed_words)
+        tab.shot(f"models-tier-cpu-fast-{locale}")
+        page = tab.open("#/chat")  # the chat page leads to it, as on a graphics card
+        expect(page.locator(".tier-notice .tier-sentence")).to_have_text(sentence)
+    finally:
+        tab.close()
+    assert not tab.blocked and not [e for e in tab.errors if "Failed to load resource" not in e], tab.errors
+
+
+@pytest.mark.parametrize("locale", ["en-US", "zh-TW"])
+def test_a_slow_processor_keeps_smollm2_and_says_why(browser, ui_server, locale):
+    tab = Page(browser, ui_server.base, locale)
+    try:
+        as_processor(tab, fast=False)
+        page = tab.open("#/models")
+        expect(page.locator(".tier-line")).to_have_text(CPU_SENTENCES[(locale, "slow")])
+        expect(page.locator(".catalog-recommended")).to_have_count(0)
+        with page.expect_response("**/v1/store/models"):
+            page = tab.open("#/chat")
+        page.wait_for_timeout(300)
+        expect(page.locator(".tier-notice")).to_have_count(0)
+    finally:
+        tab.close()
+    assert not tab.blocked and not [e for e in tab.errors if "Failed to load resource" not in e], tab.errors
+
+
+def test_a_cpu_only_computer_is_measured_and_each_processor_model_says_its_speed(tab):
+    """The real server on this machine (no graphics card): it measures this computer with SmolLM2,
+    every `cpu` card says its speed here in words, the big models say they need a graphics card.
+    Whether one is recommended depends on how fast this machine is, so only the form is checked."""
     page = tab.open("#/models")
     line = page.locator(".tier-line")
-    expect(line).to_contain_text("flashdesk found no graphics card it can use on this computer, so "
-                                 "SmolLM2-135M-Instruct (Q4_1) stays the standard model.")
-    expect(line).not_to_have_class(re.compile(r"\btier-recommend\b"))
-    expect(page.locator(".catalog-recommended")).to_have_count(0)
+    expect(line).to_contain_text("flashdesk found no graphics card it can use on this computer")
+    for name in ("qwen3.5-2b", "qwen3.5-4b", "qwen3-4b"):
+        facts = page.locator(f'.catalog-card[data-model="{name}"] .facts')
+        expect(facts).to_contain_text(re.compile(
+            r"Speed hereabout [\d.]+ words a second here, about [\d.]+ (seconds|minutes) per work order"))
     big = page.locator(f'.catalog-card[data-model="{FLAGSHIP}"]')
     expect(big.locator(".catalog-fit")).to_have_text("Needs a graphics card")
     expect(big).to_have_class(re.compile(r"\bunfit\b"))
@@ -137,8 +217,3 @@ def test_a_cpu_only_computer_gets_no_recommendation(tab):
     order = page.locator(".catalog-card").evaluate_all("cards => cards.map(c => c.classList.contains('unfit'))")
     assert order == sorted(order), order
     tab.shot("models-tier-cpu-en")
-
-    with page.expect_response("**/v1/store/models"):
-        page = tab.open("#/chat")
-    page.wait_for_timeout(300)
-    expect(page.locator(".tier-notice")).to_have_count(0)

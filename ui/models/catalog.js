@@ -10,7 +10,7 @@
 import { formatBytes, h } from "../dom.js";
 import { language, t } from "../i18n.js";
 import { newId } from "./common.js";
-import { fitText, tierSentence } from "./tier.js";
+import { fitText, speedText, tierSentence } from "./tier.js";
 
 const BIG_DOWNLOAD = 1e9; // from here on the button says the size: nobody should start 16 GB by surprise
 
@@ -67,6 +67,7 @@ function catalogCard(page, c, busy, hw) {
   const facts = [
     [t("models.download_label"), formatBytes(size)],
     c.memory_bytes ? [t("models.memory_label"), formatBytes(c.memory_bytes)] : null,
+    c.speed ? [t("models.speed_label"), speedText(c.speed)] : null, // on a processor: predicted from a measurement here
     [t("models.speedup_label"), draftWords(c)],
     [c.draft ? t("models.license_model") : t("models.license"), c.target?.license || c.license || t("models.unknown")],
     c.draft ? [t("models.license_draft"), c.draft.license || t("models.unknown")] : null,

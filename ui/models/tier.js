@@ -1,14 +1,25 @@
 // What this computer can run, in plain words, from GET /v1/store/models (`hardware` and each
-// catalog entry's `fits`, `recommended`, `cpu`): the one sentence that names the model to
-// suggest ("Your NVIDIA GeForce RTX 4090 (24 GB) can run … : 16.5 GB download."), the calm
-// line a computer without a usable graphics card gets instead, and each card's fit words.
+// catalog entry's `fits`, `recommended`, `cpu`, `speed`): the one sentence that names the model to
+// suggest ("Your NVIDIA GeForce RTX 4090 (24 GB) can run … : 16.5 GB download."; on a computer
+// without a usable graphics card, with the speed its processor would give: "about 4 words a
+// second here, about 50 seconds per work order"), and each card's fit and speed words.
 // Shared by the Models page and the chat page's first-run notice, so both say the same.
 // Functions only: no requests, no state; engine/models/tiers.py decides what fits.
 
 import { formatBytes } from "../dom.js";
-import { formatList, formatNumber, t } from "../i18n.js";
+import { formatList, formatNumber, language, t } from "../i18n.js";
 
 const GIB = 2 ** 30;
+
+/** "about 4 words a second here, about 50 seconds per work order", from an entry's `speed` (words
+ * of the reader's language, as engine/models/speed.py counts them). */
+export function speedText(speed) {
+  const words = speed.words_per_s?.[language()] ?? speed.words_per_s?.en ?? speed.tokens_per_s;
+  const secs = speed.work_order_s;
+  const vars = { words: formatNumber(words, words < 3 ? 1 : 0) };
+  if (secs >= 120) return t("models.speed_minutes", { ...vars, minutes: formatNumber(secs / 60, secs < 600 ? 1 : 0) });
+  return t("models.speed_seconds", { ...vars, seconds: formatNumber(secs >= 20 ? Math.round(secs / 5) * 5 : secs) });
+}
 
 /** A graphics card's or a Mac's memory as it is sold: 25769803776 bytes -> "24 GB" (GiB, whole). */
 export function memoryText(bytes) {
@@ -40,12 +51,7 @@ export function tierSentence(body) {
   if (!hw) return null;
   const standard = catalog.find((c) => c.name === body.default);
   const standardTitle = standard?.title || body.default || "SmolLM2";
-  if (hw.kind === "cpu") {
-    const others = catalog.filter((c) => c.cpu && c.fits && c.name !== body.default).map((c) => c.title || c.name);
-    const lines = [t("models.tier_cpu", { default: standardTitle })];
-    if (others.length) lines.push(t("models.tier_cpu_more", { models: formatList(others) }));
-    return { text: lines.join(" "), entry: null };
-  }
+  if (hw.kind === "cpu") return cpuSentence(catalog, body.default, standardTitle);
   const entry = catalog.find((c) => c.recommended) || null;
   const device = deviceText(hw);
   // A Mac's models share its memory: fit is judged on Metal's working set (memory_bytes, ~3/4 of
@@ -54,6 +60,23 @@ export function tierSentence(body) {
   if (!entry) return { text: t("models.tier_none", { device, memory, default: standardTitle }), entry: null };
   const vars = { device, memory, model: modelWithDraft(entry), size: formatBytes(entry.download_bytes ?? entry.size) };
   return { text: t(entry.installed ? "models.tier_gpu_installed" : "models.tier_gpu", vars), entry };
+}
+
+/** A computer without a usable graphics card: the best model its processor keeps up with, and how
+ * fast; or why the default stays (no entry fast enough, or no measurement to go on). */
+function cpuSentence(catalog, defaultName, standardTitle) {
+  const entry = catalog.find((c) => c.recommended) || null;
+  if (entry) {
+    const vars = { model: modelWithDraft(entry), speed: speedText(entry.speed),
+      size: formatBytes(entry.download_bytes ?? entry.size) };
+    return { text: t(entry.installed ? "models.tier_cpu_installed" : "models.tier_cpu_recommend", vars), entry };
+  }
+  const lines = [t("models.tier_cpu", { default: standardTitle })];
+  const others = catalog.filter((c) => c.cpu && c.fits && c.name !== defaultName);
+  const fastest = others.filter((c) => c.speed).sort((a, b) => b.speed.tokens_per_s - a.speed.tokens_per_s)[0];
+  if (fastest) lines.push(t("models.tier_cpu_slow", { model: fastest.title || fastest.name, speed: speedText(fastest.speed) }));
+  else if (others.length) lines.push(t("models.tier_cpu_more", { models: formatList(others.map((c) => c.title || c.name)) }));
+  return { text: lines.join(language().startsWith("zh") ? "" : " "), entry: null }; // Chinese puts no space between sentences
 }
 
 /** One catalog card's "does it fit here" words and whether it fits: {text, fits}; null when not known. */

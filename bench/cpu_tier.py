@@ -1,0 +1,199 @@
+"""The CPU tier's speed prediction against the speed measured, on this machine (issue 44).
+
+Every catalog entry offered to a computer without a graphics card (`cpu`) is measured: SmolLM2 as
+its own file, the others as random targets of their real shapes, quantized as published
+(gguf_tools/random_targets/real.py; written once into --dir, a few minutes each). The prediction
+(engine/models/speed.py) comes from one measurement with SmolLM2, the model a new install serves
+(engine/models/measure.py), exactly as the Models page makes it. Entries alternate round by round
+(A B C D, A B C D, ...); each figure is a median over rounds. One "work order" is what speed.py
+prices: WORK_ORDER_PROMPT_TOKENS read in one batch, then WORK_ORDER_ANSWER_TOKENS decoded one by
+one; its decode phase gives tokens a second.
+
+Then the recommendation per computer (engine/models/tiers.py): RAM 8/16/32 GB without a graphics card
+at this machine's memory rate and at half of it, and with an 8 GB and a 24 GB graphics card (table()
+says why cores share a row).
+
+`--tokens` instead prints the work-order token counts speed.py uses: medians over the dev cases
+(tests/data/workorders-dev.jsonl) of the tokens an order adds after the shared prompt (the system
+prompt and worked examples, whose KV is reused) and of its expected JSON, in SmolLM2's tokenizer.
+
+    .venv/bin/python bench/cpu_tier.py [--rounds 3] [--threads 2] [--dir ~/.cache/flashdesk-bench/real]
+    .venv/bin/python bench/cpu_tier.py --tokens
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.common import EVAL_DATA, drop_callers_settings, test_home  # noqa: E402
+
+drop_callers_settings()
+
+from engine.llama.context import Context, ContextConfig  # noqa: E402
+from engine.llama.model import Model  # noqa: E402
+from engine.models import catalog, measure, speed, tiers  # noqa: E402
+from engine.models.pull import pull  # noqa: E402
+from engine.models.store import ModelStore, no_progress  # noqa: E402
+from gguf_tools.random_targets.real import SHAPES, write_real_shape  # noqa: E402
+from server.settings import ENGINE_DEFAULTS  # noqa: E402
+
+GIB = 1 << 30
+OUT = ROOT / "bench" / "out" / "cpu_tier.json"
+
+
+def work_order(model: Model, threads: int) -> tuple[float, float]:
+    """(seconds, decode tokens a second) of one work order as speed.py prices it."""
+    p, a = speed.WORK_ORDER_PROMPT_TOKENS, speed.WORK_ORDER_ANSWER_TOKENS
+    ctx = Context(model, ContextConfig(n_ctx_seq=p + a + 8, n_seq=1, n_batch=512, n_threads=threads))
+    toks = [(31 * i + 7) % model.n_vocab for i in range(p + a)]
+    try:
+        b = ctx.batch
+        t0 = time.perf_counter()
+        for s in range(0, p, b.capacity):
+            b.clear()
+            for j in range(s, min(p, s + b.capacity)):
+                b.add(toks[j], j, 0, logits=j == p - 1)
+            ctx.decode(b)
+        t1 = time.perf_counter()
+        for j in range(p, p + a):
+            b.clear()
+            b.add(toks[j], j, 0, logits=True)
+            ctx.decode(b)
+        t2 = time.perf_counter()
+    finally:
+        ctx.close()
+    return t2 - t0, a / (t2 - t1)
+
+
+def files(store: ModelStore, folder: Path) -> dict[str, str]:
+    smollm2 = store.get(catalog.DEFAULT_MODEL).path
+    out = {catalog.DEFAULT_MODEL: smollm2}
+    for name in SHAPES:
+        path = folder / f"{name}.gguf"
+        if not path.exists():
+            print(f"writing a random {name} of its real shape into {folder} (minutes)", file=sys.stderr)
+            write_real_shape(path, name, tokenizer_from=smollm2)
+        out[name] = str(path)
+    return out
+
+
+def compare(paths: dict[str, str], rounds: int, threads: int) -> tuple[speed.Rates, list[dict]]:
+    """Each round measures this computer as the Models page does, then runs every entry; the
+    prediction is made from the median measurement (a shared machine's memory rate drifts)."""
+    models = {name: Model(p, n_gpu_layers=0) for name, p in paths.items()}
+    runs: dict[str, list[tuple[float, float]]] = {n: [] for n in paths}
+    measured: list[speed.Rates] = []
+    try:
+        for name in paths:
+            work_order(models[name], threads)  # warm: page the file in once
+        for r in range(rounds):
+            measured.append(measure.measure(paths[catalog.DEFAULT_MODEL], threads))
+            order = list(paths)[r % len(paths):] + list(paths)[:r % len(paths)]
+            for name in order:
+                runs[name].append(work_order(models[name], threads))
+                print(f"round {r + 1} {name}: {runs[name][-1][1]:.2f} tok/s, {runs[name][-1][0]:.1f} s",
+                      file=sys.stderr)
+    finally:
+        for m in models.values():
+            m.close()
+    rates = speed.Rates(*(statistics.median(getattr(m, f) for m in measured) for f in
+                          ("memory_bytes_per_s", "in_use_bytes", "decode_s", "prefill_s", "threads")))
+    rows = []
+    for name, p in paths.items():
+        want = speed.predict(os.path.getsize(p), rates)
+        tok_s = statistics.median(r[1] for r in runs[name])
+        wo_s = statistics.median(r[0] for r in runs[name])
+        rows.append({"entry": name, "file_bytes": os.path.getsize(p),
+                     "predicted_tok_s": round(want.tokens_per_s, 2), "measured_tok_s": round(tok_s, 2),
+                     "tok_s_ratio": round(want.tokens_per_s / tok_s, 3),
+                     "predicted_work_order_s": round(want.work_order_s, 1), "measured_work_order_s": round(wo_s, 1),
+                     "work_order_ratio": round(want.work_order_s / wo_s, 3)})
+    return rates, rows
+
+
+def table(rates: speed.Rates, cells: int) -> list[dict]:
+    """The recommendation per computer. Without a graphics card at this machine's memory rate and at
+    half of it (one memory channel, common in office PCs); cores do not enter the prediction (two
+    threads read at the memory rate here), so 2, 4 and 8 cores share a row."""
+    cat = catalog.load(None)
+    rows = []
+    for ram in (8, 16, 32):
+        for label, r in (("this memory", rates), ("half its rate", rates.with_memory(rates.memory_bytes_per_s / 2))):
+            offers = tiers.offers(cat, tiers.Machine("cpu", "", ram * GIB), cells, r)
+            best = next((o for o in offers if o.recommended), None)
+            s = best.speed if best else None
+            rows.append({"ram_gb": ram, "gpu": None, "memory": label,
+                         "memory_gb_s": round(r.memory_bytes_per_s / 1e9, 1),
+                         "recommended": best.name if best else None,
+                         "words_per_s": round(s.words_per_s(), 1) if s else None,
+                         "work_order_s": round(s.work_order_s) if s else None})
+        for gpu, vram in (("8 GB graphics card", 8), ("24 GB graphics card", 24)):
+            offers = tiers.offers(cat, tiers.Machine("gpu", gpu, vram * GIB), cells)
+            best = next((o for o in offers if o.recommended), None)
+            rows.append({"ram_gb": ram, "gpu": gpu, "recommended": best.name if best else None})
+    return rows
+
+
+def tokens(store: ModelStore) -> dict:
+    from server.workorders.prompt import messages
+    from server.workorders.templates import TemplateStore
+
+    model = Model(store.get(catalog.DEFAULT_MODEL).path, n_gpu_layers=0)
+    template = TemplateStore(None).get("work_order")
+    added, answers = [], []
+    try:
+        for line in (EVAL_DATA / "workorders-dev.jsonl").read_text(encoding="utf-8").splitlines():
+            case = json.loads(line)
+            turn = messages(template, case["text"], dt.date.fromisoformat(case["sent"]))[-1]["content"]
+            added.append(len(model.tokenize(turn, add_bos=False)) + 8)  # + the turn's role markers
+            answers.append(len(model.tokenize(json.dumps(case["expected"], ensure_ascii=False), add_bos=False)))
+    finally:
+        model.close()
+    return {"cases": len(added), "prompt_tokens_added": statistics.median(added),
+            "answer_tokens": statistics.median(answers)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--dir", default=os.path.expanduser("~/.cache/flashdesk-bench/real"))
+    ap.add_argument("--tokens", action="store_true", help="print the work-order token medians and stop")
+    a = ap.parse_args()
+    store = ModelStore(test_home())
+    pull(store, catalog.DEFAULT_MODEL, progress=no_progress)
+    if a.tokens:
+        print(json.dumps(tokens(store), indent=1))
+        return 0
+    folder = Path(a.dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = files(store, folder)
+    rates, rows = compare(paths, a.rounds, a.threads)
+    cells = ENGINE_DEFAULTS.n_ctx * ENGINE_DEFAULTS.n_parallel  # as the server allocates by default
+    result = {"threads": a.threads, "rounds": a.rounds, "rates": rates.__dict__, "entries": rows,
+              "table": table(rates, cells)}
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    print(f"\nmeasured with SmolLM2 on {a.threads} threads (medians of {a.rounds}): "
+          f"memory {rates.memory_bytes_per_s / 1e9:.1f} GB/s, "
+          f"decode {rates.decode_s * 1e3:.1f} ms (of which {rates.fixed_s * 1e3:.1f} ms fixed), "
+          f"prefill {rates.prefill_s * 1e3:.2f} ms a token")
+    print(f"\n{'entry':12} {'tok/s pred':>10} {'meas':>6} {'ratio':>6}  {'order s pred':>12} {'meas':>6} {'ratio':>6}")
+    for r in rows:
+        print(f"{r['entry']:12} {r['predicted_tok_s']:10.2f} {r['measured_tok_s']:6.2f} {r['tok_s_ratio']:6.2f}  "
+              f"{r['predicted_work_order_s']:12.1f} {r['measured_work_order_s']:6.1f} {r['work_order_ratio']:6.2f}")
+    print(f"\nwritten to {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

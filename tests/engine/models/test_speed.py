@@ -1,0 +1,122 @@
+"""The CPU tier (engine/models/speed.py, measure.py, tiers.py): a computer without a graphics card is
+measured with the model in use, each processor entry gets a predicted speed from that, and the
+recommended entry is the best-ranked one that fits the RAM and keeps a usable speed.
+
+The recommendation cases feed given Rates (a fast and a slow computer), so they hold on any test
+machine; the measurement itself runs for real, with SmolLM2, and is only checked for sense."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from engine.models import catalog, measure, speed, tiers
+from engine.models.speed import Rates, Speed, predict
+
+GIB = 1 << 30
+CELLS = 4096 * 2
+CAT = catalog.load(None)
+SIZE = {name: CAT.entries[name].target.size for name in ("smollm2", "qwen3.5-2b", "qwen3.5-4b", "qwen3-4b")}
+
+
+def rates(memory_gb_s: float = 20.0, fixed_ms: float = 5.0, prefill_share: float = 0.4) -> Rates:
+    """A measurement with SmolLM2's file: a decode of it read its bytes at the decode's share of
+    `memory_gb_s`, plus `fixed_ms`."""
+    decode_s = SIZE["smollm2"] / (memory_gb_s * 1e9 * speed.DECODE_READ_SHARE) + fixed_ms / 1e3
+    return Rates(memory_gb_s * 1e9, SIZE["smollm2"], decode_s, decode_s * prefill_share, 2)
+
+
+def recommended(r: Rates | None, ram_gb: int) -> str | None:
+    offers = tiers.offers(CAT, tiers.Machine("cpu", "", ram_gb * GIB), CELLS, r)
+    return next((o.name for o in offers if o.recommended), None)
+
+
+def test_a_token_reads_the_file_at_the_memory_rate_plus_what_the_model_in_use_leaves_unexplained():
+    r = rates(memory_gb_s=20, fixed_ms=5, prefill_share=0.25)
+    assert r.fixed_s == pytest.approx(0.005)
+    s = predict(2 * 10**9, r)
+    per_token = 2e9 / (20e9 * speed.DECODE_READ_SHARE) + 0.005
+    assert s.tokens_per_s == pytest.approx(1 / per_token)
+    want = speed.WORK_ORDER_PROMPT_TOKENS * per_token * 0.25 + speed.WORK_ORDER_ANSWER_TOKENS * per_token
+    assert s.work_order_s == pytest.approx(want)
+    assert s.words_per_s("en") == pytest.approx(0.75 / per_token)
+    assert s.words_per_s("zh-TW") == pytest.approx(1 / per_token)
+    assert s.words_per_s("fr") == s.words_per_s("en")
+    # the model in use is predicted at exactly its measured speed
+    assert predict(SIZE["smollm2"], r).tokens_per_s == pytest.approx(1 / r.decode_s)
+
+
+def test_a_decode_faster_than_the_memory_rate_allows_leaves_no_negative_fixed_time():
+    r = Rates(10e9, 10**9, 0.05, 0.01, 2)  # 1 GB in 50 ms: the file was partly in a cache
+    assert r.fixed_s == 0.0 and predict(10**9, r).tokens_per_s == pytest.approx(10.0 * speed.DECODE_READ_SHARE)
+
+
+def test_usable_is_the_reading_pace():
+    assert Speed(speed.USABLE_TOKENS_PER_S, 60.0).usable
+    assert not Speed(speed.USABLE_TOKENS_PER_S - 0.01, 60.0).usable
+
+
+def test_a_fast_computer_gets_the_best_model_its_ram_holds():
+    fast = rates(memory_gb_s=40)  # the 4B at ~11 tokens a second
+    assert recommended(fast, 32) == "qwen3.5-4b"
+    assert recommended(fast, 4) == "qwen3.5-2b"  # 2.4 GB of 4 GB x 0.6 holds the 2B (2.2 GB) and not the 4B
+    assert recommended(fast, 2) is None  # only SmolLM2 fits: it is installed already, nothing to suggest
+
+
+def test_speed_decides_between_entries_that_fit():
+    # the 2B at ~7 tokens a second, the 4B at ~3.5: too slow to read along with, so the 2B is suggested
+    middling = rates(memory_gb_s=12)
+    offers = {o.name: o for o in tiers.offers(CAT, tiers.Machine("cpu", "", 32 * GIB), CELLS, middling)}
+    assert offers["qwen3.5-2b"].speed.usable and not offers["qwen3.5-4b"].speed.usable
+    assert recommended(middling, 32) == "qwen3.5-2b"
+    slow = rates(memory_gb_s=5)  # even the 2B under 4 tokens a second
+    assert recommended(slow, 32) is None
+
+
+def test_without_a_measurement_nothing_is_recommended_and_no_speed_is_guessed():
+    offers = tiers.offers(CAT, tiers.Machine("cpu", "", 32 * GIB), CELLS, None)
+    assert not any(o.recommended for o in offers) and all(o.speed is None for o in offers)
+
+
+def test_a_graphics_card_gets_no_processor_speed():
+    offers = tiers.offers(CAT, tiers.Machine("gpu", "NVIDIA GeForce RTX 4090", 24 * GIB), CELLS, rates())
+    assert all(o.speed is None for o in offers)
+
+
+def test_with_memory_keeps_the_model_in_use_and_changes_the_rate():
+    r = rates(memory_gb_s=20).with_memory(10e9)
+    assert r.memory_bytes_per_s == 10e9 and r.decode_s == rates(memory_gb_s=20).decode_s
+    assert predict(SIZE["qwen3.5-2b"], r).tokens_per_s < predict(SIZE["qwen3.5-2b"], rates(memory_gb_s=20)).tokens_per_s
+
+
+def test_the_measurement_runs_smollm2_in_a_child_and_is_kept(tmp_path, model_path, monkeypatch):
+    cache = tmp_path / "speed.json"
+    r = measure.cached(cache, model_path, 1, "build-a")
+    assert r.threads == 1 and r.in_use_bytes == SIZE["smollm2"]
+    assert r.decode_s > 0 and r.prefill_s > 0 and r.memory_bytes_per_s > 0
+    assert json.loads(cache.read_text())["rates"]["threads"] == 1
+
+    def no_second(*_a, **_k):
+        raise AssertionError("measured again although nothing changed")
+
+    monkeypatch.setattr(measure, "measure", no_second)
+    assert measure.cached(cache, model_path, 1, "build-a") == r
+    with pytest.raises(AssertionError):  # another llama.cpp build measures again
+        measure.cached(cache, model_path, 1, "build-b")
+
+
+def test_a_broken_model_file_is_a_clear_error_not_a_crash(tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(Exception, match="could not measure this computer"):
+        measure.measure(str(bad), 1)
+
+
+def test_this_computer_measures_the_default_when_a_backend_answers(store, monkeypatch):
+    seen = []
+    monkeypatch.setattr(measure, "cached", lambda cache, path, threads, build: seen.append(path) or rates())
+    backend = dataclasses.replace(store.get("smollm2"), source="backend:http://x", path="/nonexistent.gguf")
+    assert measure.this_computer(store, backend, 2) == rates()
+    assert seen == [store.get("smollm2").path]
