@@ -10,8 +10,8 @@ prices: WORK_ORDER_PROMPT_TOKENS read in one batch, then WORK_ORDER_ANSWER_TOKEN
 one; its decode phase gives tokens a second.
 
 Then the recommendation per computer (engine/models/tiers.py): RAM 8/16/32 GB without a graphics card
-at this machine's memory rate and at half of it, and with an 8 GB and a 24 GB graphics card (table()
-says why cores share a row).
+at this machine's memory rate, at half and at a quarter of it, and with an 8 GB and a 24 GB graphics
+card (table() says why cores share a row).
 
 `--tokens` instead prints the work-order token counts speed.py uses: medians over the dev cases
 (tests/data/workorders-dev.jsonl) of the tokens an order adds after the shared prompt (the system
@@ -19,6 +19,7 @@ prompt and worked examples, whose KV is reused) and of its expected JSON, in Smo
 
     .venv/bin/python bench/cpu_tier.py [--rounds 3] [--threads 2] [--dir ~/.cache/flashdesk-bench/real]
     .venv/bin/python bench/cpu_tier.py --tokens
+    .venv/bin/python bench/cpu_tier.py --table   # the table again from bench/out/cpu_tier.json's rates
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,8 +107,7 @@ def compare(paths: dict[str, str], rounds: int, threads: int) -> tuple[speed.Rat
     finally:
         for m in models.values():
             m.close()
-    rates = speed.Rates(*(statistics.median(getattr(m, f) for m in measured) for f in
-                          ("memory_bytes_per_s", "in_use_bytes", "decode_s", "prefill_s", "threads")))
+    rates = speed.Rates(*(statistics.median(getattr(m, f.name) for m in measured) for f in fields(speed.Rates)))
     rows = []
     for name, p in paths.items():
         want = speed.predict(os.path.getsize(p), rates)
@@ -121,13 +122,16 @@ def compare(paths: dict[str, str], rounds: int, threads: int) -> tuple[speed.Rat
 
 
 def table(rates: speed.Rates, cells: int) -> list[dict]:
-    """The recommendation per computer. Without a graphics card at this machine's memory rate and at
-    half of it (one memory channel, common in office PCs); cores do not enter the prediction (two
-    threads read at the memory rate here), so 2, 4 and 8 cores share a row."""
+    """The recommendation per computer. Without a graphics card at this machine's rates, and with its
+    memory at a half and a quarter of this rate (one memory channel; an older office PC). Cores
+    enter through the measured weight rate only, and two threads here already reach about the
+    memory rate, so 2, 4 and 8 cores share a row."""
     cat = catalog.load(None)
     rows = []
+    variants = (("this memory", rates), ("half its rate", rates.with_memory(rates.memory_bytes_per_s / 2)),
+                ("a quarter", rates.with_memory(rates.memory_bytes_per_s / 4)))
     for ram in (8, 16, 32):
-        for label, r in (("this memory", rates), ("half its rate", rates.with_memory(rates.memory_bytes_per_s / 2))):
+        for label, r in variants:
             offers = tiers.offers(cat, tiers.Machine("cpu", "", ram * GIB), cells, r)
             best = next((o for o in offers if o.recommended), None)
             s = best.speed if best else None
@@ -168,7 +172,15 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--dir", default=os.path.expanduser("~/.cache/flashdesk-bench/real"))
     ap.add_argument("--tokens", action="store_true", help="print the work-order token medians and stop")
+    ap.add_argument("--table", action="store_true", help=f"recompute only the table, from {OUT.name}'s rates")
     a = ap.parse_args()
+    cells = ENGINE_DEFAULTS.n_ctx * ENGINE_DEFAULTS.n_parallel  # as the server allocates by default
+    if a.table:
+        result = json.loads(OUT.read_text(encoding="utf-8"))
+        result["table"] = table(speed.Rates(**result["rates"]), cells)
+        OUT.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        print(json.dumps(result["table"], indent=1))
+        return 0
     store = ModelStore(test_home())
     pull(store, catalog.DEFAULT_MODEL, progress=no_progress)
     if a.tokens:
@@ -178,13 +190,12 @@ def main() -> int:
     folder.mkdir(parents=True, exist_ok=True)
     paths = files(store, folder)
     rates, rows = compare(paths, a.rounds, a.threads)
-    cells = ENGINE_DEFAULTS.n_ctx * ENGINE_DEFAULTS.n_parallel  # as the server allocates by default
     result = {"threads": a.threads, "rounds": a.rounds, "rates": rates.__dict__, "entries": rows,
               "table": table(rates, cells)}
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(result, indent=1), encoding="utf-8")
     print(f"\nmeasured with SmolLM2 on {a.threads} threads (medians of {a.rounds}): "
-          f"memory {rates.memory_bytes_per_s / 1e9:.1f} GB/s, "
+          f"memory {rates.memory_bytes_per_s / 1e9:.1f} GB/s, weights {rates.weights_bytes_per_s / 1e9:.1f} GB/s, "
           f"decode {rates.decode_s * 1e3:.1f} ms (of which {rates.fixed_s * 1e3:.1f} ms fixed), "
           f"prefill {rates.prefill_s * 1e3:.2f} ms a token")
     print(f"\n{'entry':12} {'tok/s pred':>10} {'meas':>6} {'ratio':>6}  {'order s pred':>12} {'meas':>6} {'ratio':>6}")

@@ -91,7 +91,7 @@ def cmd_catalog(a) -> int:
     store = ModelStore(a.home)
     cat = store.catalog()
     here = hardware.machine()
-    rates = measure.this_computer(store, None, ENGINE_DEFAULTS.n_threads) if here.kind == "cpu" else None
+    rates = measure.this_computer(store, None, ENGINE_DEFAULTS.n_threads, wait=True) if here.kind == "cpu" else None
     offers = tiers.offers(cat, here, ENGINE_DEFAULTS.n_ctx * ENGINE_DEFAULTS.n_parallel, rates)
     best = next((o for o in offers if o.recommended), None)
     if best:

@@ -79,9 +79,8 @@ def convert_and_pair(store: ModelStore, entry: CatalogEntry, downloads: Path, pr
         m = store.pair(entry.name, r.path, progress=progress, source=checkpoint_tag(spec.checkpoint), move=True)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)  # paired (moved away), refused or interrupted: nothing stays
-    folder = Path(m.path).parent
-    store._write_manifest(folder, {**store.manifest(folder), "draft_converted_from": {  # noqa: SLF001
+    store.note(entry.name, draft_converted_from={
         "repo": spec.checkpoint[0].repo, "revision": spec.checkpoint[0].revision,
         "files": {f.file: f.sha256 for f in spec.checkpoint}, "layout": r.layout, "class": r.hf_class,
-        "dtype": r.dtype}})
+        "dtype": r.dtype})
     return store.get(entry.name)

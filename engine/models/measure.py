@@ -1,5 +1,6 @@
-"""Measure this computer for the speed prediction (speed.py): how fast its threads read memory, and a
-few decodes of the model in use. About a second for SmolLM2.
+"""Measure this computer for the speed prediction (speed.py): how fast its threads read memory, a
+decode of a throw-away file of wide Q4_K layers (probe_model.py), and a few decodes of the model in
+use. A few seconds with SmolLM2.
 
 It runs in a child process (`python -m engine.models.measure MODEL THREADS`, one JSON line out), so
 the serving engine's context and threads are never touched and a crash costs nothing. The result is
@@ -18,6 +19,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +29,7 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from ..llama import ggml
+from . import probe_model
 from .catalog import DEFAULT_MODEL
 from .speed import WORK_ORDER_PROMPT_TOKENS, Rates
 from .store import InstalledModel, ModelStore
@@ -38,9 +41,10 @@ DECODES = 16  # single-token decodes after it; their median is one token's time
 READ_BYTES = 1 << 30  # the memory probe's array: past any processor's caches (server L3 reaches hundreds of MB)
 READS = 5  # passes over it; the median counts (a shared machine's neighbours push single passes both ways)
 TIMEOUT_S = 120.0
-VERSION = 2  # of the cached JSON (2: times of the model in use, not rates)
+VERSION = 3  # of the cached JSON (3: the probe file's weight rate)
 CACHE_NAME = "speed.json"  # in the store's home
-_measuring = threading.Lock()  # one measurement at a time: two at once would each see half the machine
+_measuring = threading.Lock()  # held while one runs: two at once would each see half the machine
+_done: dict[tuple, Rates | None] = {}  # (cache file, model path, threads, build) -> what was measured (None: failed)
 
 
 def memory_rate(threads: int) -> float:
@@ -100,16 +104,26 @@ def measure(model_path: str, threads: int, timeout: float = TIMEOUT_S) -> Rates:
     return Rates(**json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def cached(cache_file: Path, model_path: str, threads: int, build: str) -> Rates:
-    """`measure`, or its earlier result for the same model file, threads and llama.cpp build."""
+def _cache_key(model_path: str, threads: int, build: str) -> str:
     st = os.stat(model_path)
-    key = f"{VERSION}|{os.path.abspath(model_path)}|{st.st_size}|{st.st_mtime_ns}|{threads}|{build}"
+    return f"{VERSION}|{os.path.abspath(model_path)}|{st.st_size}|{st.st_mtime_ns}|{threads}|{build}"
+
+
+def kept(cache_file: Path, model_path: str, threads: int, build: str) -> Rates | None:
+    """The earlier measurement for the same model file, threads and llama.cpp build, if there is one."""
     try:
-        kept = json.loads(cache_file.read_text(encoding="utf-8"))
-        if kept.get("key") == key:
-            return Rates(**kept["rates"])
+        data = json.loads(cache_file.read_text(encoding="utf-8"))
+        return Rates(**data["rates"]) if data.get("key") == _cache_key(model_path, threads, build) else None
     except (OSError, ValueError, TypeError, KeyError):
-        pass  # none yet, or unreadable: measure again
+        return None  # none yet, or unreadable: measure again
+
+
+def cached(cache_file: Path, model_path: str, threads: int, build: str) -> Rates:
+    """`kept`, or a new `measure` written beside the store for next time."""
+    rates = kept(cache_file, model_path, threads, build)
+    if rates is not None:
+        return rates
+    key = _cache_key(model_path, threads, build)
     rates = measure(model_path, threads)
     tmp = cache_file.with_name(cache_file.name + ".tmp")
     try:
@@ -120,22 +134,49 @@ def cached(cache_file: Path, model_path: str, threads: int, build: str) -> Rates
     return rates
 
 
-def this_computer(store: ModelStore, in_use: InstalledModel | None, threads: int) -> Rates | None:
+def this_computer(store: ModelStore, in_use: InstalledModel | None, threads: int,
+                  wait: bool = False) -> Rates | None:
     """This computer's Rates, measured with the model in use (or, when a backend answers or nothing
-    is served, the installed default), once per model, thread count and build; None when there is
-    no local model to measure with or the measurement failed (logged): the page then says nothing
-    about speed rather than guess."""
+    is served, the installed default), once per model, thread count and build. What was measured
+    before comes back at once; otherwise the measurement starts in the background and this returns
+    None (the page asks again: `measuring`), or with `wait` (the CLI) it returns when done. None too
+    when there is no local model to measure with, or the measurement failed (logged): the page then
+    says nothing about speed."""
     model = in_use
     if model is None or model.source.startswith("backend:"):
         model = next((m for m in store.list() if m.name == DEFAULT_MODEL), None)
     if model is None:
         return None
-    with _measuring:
-        try:
-            return cached(store.home / CACHE_NAME, model.path, threads, ggml.build_id())
-        except (ModelLoadError, OSError) as e:
-            log.warning("could not measure this computer's speed: %s", e)
-            return None
+    cache = store.home / CACHE_NAME
+    key = (str(cache), model.path, threads, ggml.build_id())
+    if key in _done:
+        return _done[key]
+    before = kept(cache, model.path, threads, key[3]) if os.path.exists(model.path) else None
+    if before is not None:
+        _done[key] = before
+        return before
+    if _measuring.acquire(blocking=wait):  # one at a time; a second caller finds it running
+        if wait:
+            _measure_into(key)
+            return _done[key]
+        threading.Thread(target=_measure_into, args=(key,), name="flashdesk-measure", daemon=True).start()
+    return None
+
+
+def measuring() -> bool:
+    """Whether a measurement runs now (the page then asks again in a moment)."""
+    return _measuring.locked()
+
+
+def _measure_into(key: tuple) -> None:
+    cache, path, threads, build = key
+    try:
+        _done[key] = cached(Path(cache), path, threads, build)
+    except (ModelLoadError, OSError) as e:
+        log.warning("could not measure this computer's speed: %s", e)
+        _done[key] = None
+    finally:
+        _measuring.release()
 
 
 def _main(path: str, threads: int) -> int:
@@ -144,7 +185,10 @@ def _main(path: str, threads: int) -> int:
     except ModelLoadError as e:
         print(f"\n{e.message}", file=sys.stderr)
         return 1
-    rates = Rates(memory_rate(threads), os.path.getsize(path), decode, prefill, threads)
+    with tempfile.TemporaryDirectory(prefix="flashdesk-probe-") as tmp:
+        probe = probe_model.write(Path(tmp) / "probe.gguf")
+        weights = os.path.getsize(probe) / _decode_times(str(probe), threads)[0]
+    rates = Rates(memory_rate(threads), weights, os.path.getsize(path), decode, prefill, threads)
     print(json.dumps(rates.__dict__))
     return 0
 

@@ -4,30 +4,26 @@ measurement here (measure.py), never from a table of processors.
 Decoding one token on a processor reads every weight once: ggml's matrix-vector kernels stream the
 quantized weights (with tied embeddings the output head reads the whole embedding too), so a GGUF's
 file size is the bytes a token reads, within a few per cent. A token of a model of 1B weights or
-more then costs its file's bytes over the rate a decode reads memory here (DECODE_READ_SHARE of a
-plain streaming read, which measure.py times), plus the per-token work that does not grow with the
-weights (graph set-up, norms, thread hand-offs): the part of the model in use's measured decode
-that its own bytes do not explain. Reading a prompt costs the same share of a
-decode per token as it does for the model in use (measured in one batch).
+more then costs its file's bytes over the rate this computer's decode gets through weights, plus
+the per-token work that does not grow with the weights (graph set-up, norms, thread hand-offs).
 
-On this 2-core machine two threads already read a 1-4B model at the memory rate
-(bench/cpu_tier.py). A processor whose cores cannot keep up with its memory would be slower than
-predicted: a compute ceiling (a decode of a large matrix at this thread count) is the missing term.
+- The **weight rate** is timed on a throw-away file of two wide Q4_K layers (probe_model.py): the
+  rate the kernels work through quantized weights at this thread count, capped by the **memory
+  rate** (a plain read of 1 GiB: on a computer with a cache as big as the probe, the cap decides).
+- The **fixed time** is what the model in use's measured decode leaves once its own bytes are paid.
+- Reading a prompt costs the same share of a decode per token as it does for the model in use.
 
 Not the memory fit (tiers.py) nor the measuring itself (measure.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # English prose runs about 0.75 words a token. A Chinese character is about one token in the Qwen
 # tokenizers of the processor models (their 248k vocabulary holds common characters and many
 # two-character words, so this undercounts a little rather than promise too much).
 WORDS_PER_TOKEN = {"en": 0.75, "zh-TW": 1.0}
-# ggml's matrix-vector kernels read weights at about this share of a plain streaming read: 1-4B
-# models decode at 25-28 GB/s on the 2-core machine where NumPy streams 32-35 GB/s (bench/cpu_tier.py).
-DECODE_READ_SHARE = 0.8
 USABLE_TOKENS_PER_S = 5.0  # about 4 words a second: the pace a person reads; slower feels stuck
 # One work order: the tokens its message adds to the prompt (the system prompt and worked examples
 # before it are the same for every order, and their KV is reused) and its JSON answer. Medians over
@@ -40,24 +36,26 @@ WORK_ORDER_ANSWER_TOKENS = 205
 class Rates:
     """One measurement of this computer (measure.py)."""
 
-    memory_bytes_per_s: float  # a plain streaming read of RAM with the decode's threads
-    in_use_bytes: int  # the file of the model the decodes were measured with
+    memory_bytes_per_s: float  # a plain read of RAM with the decode's threads
+    weights_bytes_per_s: float  # the probe file's bytes over one decode of it
+    in_use_bytes: int  # the file of the model in use
     decode_s: float  # one token's decode of it
     prefill_s: float  # one prompt token's share of a batch of it
     threads: int  # llama.cpp threads the measurement used
 
     @property
-    def fixed_s(self) -> float:
-        """Per-token time that does not grow with the weights: what the model in use's bytes leave unexplained."""
-        return max(0.0, self.decode_s - self.in_use_bytes / self.decode_read_rate)
+    def read_rate(self) -> float:
+        """Bytes of weights a second a decode gets through here."""
+        return min(self.weights_bytes_per_s, self.memory_bytes_per_s)
 
     @property
-    def decode_read_rate(self) -> float:
-        return self.memory_bytes_per_s * DECODE_READ_SHARE
+    def fixed_s(self) -> float:
+        """Per-token time that does not grow with the weights: what the model in use's bytes leave unexplained."""
+        return max(0.0, self.decode_s - self.in_use_bytes / self.read_rate)
 
     def with_memory(self, memory_bytes_per_s: float) -> "Rates":
         """This measurement with another memory rate (the README's table: computers with slower memory)."""
-        return Rates(memory_bytes_per_s, self.in_use_bytes, self.decode_s, self.prefill_s, self.threads)
+        return replace(self, memory_bytes_per_s=memory_bytes_per_s)
 
 
 @dataclass(frozen=True)
@@ -75,6 +73,6 @@ class Speed:
 
 def predict(weight_bytes: int, rates: Rates) -> Speed:
     """The speed of a model whose file is `weight_bytes`, on the computer `rates` measured."""
-    per_token = weight_bytes / rates.decode_read_rate + rates.fixed_s
+    per_token = weight_bytes / rates.read_rate + rates.fixed_s
     per_prompt_token = per_token * rates.prefill_s / rates.decode_s
     return Speed(1.0 / per_token, WORK_ORDER_PROMPT_TOKENS * per_prompt_token + WORK_ORDER_ANSWER_TOKENS * per_token)

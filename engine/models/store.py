@@ -223,6 +223,11 @@ class ModelStore:
     def manifest(folder: Path) -> dict:
         return json.loads((folder / "model.json").read_text("utf-8"))
 
+    def note(self, name: str, **facts) -> None:
+        """Add facts to an installed model's manifest (e.g. what its draft was converted from)."""
+        folder = Path(self.get(name).path).parent
+        self._write_manifest(folder, {**self.manifest(folder), **facts})
+
     @staticmethod
     def _write_manifest(folder: Path, data: dict) -> None:
         tmp = folder / "model.json.partial"

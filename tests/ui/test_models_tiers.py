@@ -207,8 +207,9 @@ def test_a_cpu_only_computer_is_measured_and_each_processor_model_says_its_speed
     expect(line).to_contain_text("flashdesk found no graphics card it can use on this computer")
     for name in ("qwen3.5-2b", "qwen3.5-4b", "qwen3-4b"):
         facts = page.locator(f'.catalog-card[data-model="{name}"] .facts')
-        expect(facts).to_contain_text(re.compile(
-            r"Speed hereabout [\d.]+ words a second here, about [\d.]+ (seconds|minutes) per work order"))
+        expect(facts).to_contain_text(re.compile(  # the first answer comes while the server still measures
+            r"Speed hereabout [\d.]+ words a second here, about [\d.]+ (seconds|minutes) per work order"),
+            timeout=60_000)
     big = page.locator(f'.catalog-card[data-model="{FLAGSHIP}"]')
     expect(big.locator(".catalog-fit")).to_have_text("Needs a graphics card")
     expect(big).to_have_class(re.compile(r"\bunfit\b"))

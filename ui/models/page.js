@@ -134,6 +134,8 @@ class ModelsPage {
       this.installed = body.data || [];
       this.catalog = body.catalog || [];
       this.modelsBody = body;
+      // the server is timing this processor (a few seconds, once): ask again for each model's speed
+      if (body.hardware?.measuring) this.later(2000, () => this.loadModels());
       this.defaultName = body.default || (this.catalog.some((c) => c.name === DEFAULT_MODEL) ? DEFAULT_MODEL
         : this.catalog[0]?.name) || DEFAULT_MODEL;
       this.listError = null;

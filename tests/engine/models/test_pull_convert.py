@@ -221,3 +221,22 @@ def test_a_converted_draft_gets_the_hostile_draft_checks(hub_env, files, tmp_pat
     with pytest.raises(DownloadError, match="its draft was refused: .*1048576 target layers; a draft taps 1 to 64"):
         pull(ModelStore(home), "tiny", progress=no_progress)
     assert ModelStore(home).get("tiny").draft == "" and folder_of(home, "tiny") == ["Tiny-Q8_0.gguf", "model.json"]
+
+
+def test_the_models_page_lists_a_checkpoint_draft_with_its_files(hub_env, files, tmp_path):
+    """GET /v1/store/models's catalog entry (server/routes/store.py): the repository, revision and each
+    pinned file, said to be converted here, and counted as a draft the entry has."""
+    from engine.models import tiers
+    from server.routes.store import catalog_json
+
+    home = tmp_path / "home"
+    entry(home, "tiny", hub_env, files, "spec2")
+    e = ModelStore(home).catalog().get("tiny")
+    [offer] = [o for o in tiers.offers(ModelStore(home).catalog(), tiers.Machine("cpu", "", 8 << 30), 1024)
+               if o.name == "tiny"]
+    c = catalog_json(e, offer, {})
+    d = c["draft"]
+    assert c["has_draft"] and d["source"] == "huggingface-checkpoint" and d["converted"] is True
+    assert d["repo"] == LAYOUTS["spec2"][0] and d["revision"] == hub_env.revs[d["repo"]]
+    assert [f["file"] for f in d["files"]] == ["config.json", "model.safetensors"]
+    assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in d["files"]) and d["license"] == "MIT"
