@@ -54,8 +54,11 @@ class Rates:
         return max(0.0, self.decode_s - self.in_use_bytes / self.read_rate)
 
     def with_memory(self, memory_bytes_per_s: float) -> "Rates":
-        """This measurement with another memory rate (the README's table: computers with slower memory)."""
-        return replace(self, memory_bytes_per_s=memory_bytes_per_s)
+        """This computer with another memory rate (the README's table: computers with slower memory):
+        the model in use's decode pays its bytes at the new rate; its fixed time and prompt share stay."""
+        other = replace(self, memory_bytes_per_s=memory_bytes_per_s)
+        decode_s = self.fixed_s + self.in_use_bytes / other.read_rate
+        return replace(other, decode_s=decode_s, prefill_s=self.prefill_s * decode_s / self.decode_s)
 
 
 @dataclass(frozen=True)

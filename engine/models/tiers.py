@@ -6,7 +6,8 @@ unified memory Metal lets one process use (its recommended working set, which ll
 reports as the Metal device's memory). Without a usable graphics card only entries marked
 `cpu` are offered, each with the speed this computer's processor would give it (speed.py, from a
 measurement here), and the recommended one is the best-ranked that fits the RAM and answers at a
-usable speed; SmolLM2 stays the embedded default, recommended only where nothing better keeps up.
+usable speed. SmolLM2 stays the embedded default, and is never the suggestion itself: where no
+bigger model keeps up, nothing is recommended.
 Nothing here downloads anything; a download starts only from the user's click.
 
 Not the catalog (catalog.py), the hardware facts (hardware.py) nor the speed model (speed.py).

@@ -93,9 +93,11 @@ def test_a_graphics_card_gets_no_processor_speed():
     assert all(o.speed is None for o in offers)
 
 
-def test_with_memory_keeps_the_model_in_use_and_changes_the_rate():
-    r = rates(memory_gb_s=20).with_memory(10e9)
-    assert r.memory_bytes_per_s == 10e9 and r.read_rate == 10e9 and r.decode_s == rates(memory_gb_s=20).decode_s
+def test_with_memory_keeps_the_fixed_time_and_prompt_share_and_changes_the_rate():
+    here = rates(memory_gb_s=20, prefill_share=0.25)
+    r = here.with_memory(10e9)
+    assert r.memory_bytes_per_s == 10e9 and r.read_rate == 10e9
+    assert r.fixed_s == pytest.approx(here.fixed_s) and r.prefill_s / r.decode_s == pytest.approx(0.25)
     assert predict(SIZE["qwen3.5-2b"], r).tokens_per_s < predict(SIZE["qwen3.5-2b"], rates(memory_gb_s=20)).tokens_per_s
 
 
