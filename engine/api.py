@@ -29,8 +29,9 @@ class EngineAPI(Protocol):
     totals: Totals  # running totals for /metrics
     n_ctx: int | None  # context per request; None: a backend that does not say
 
-    def render_chat(self, messages: list[dict]) -> str | ChatPrompt:
-        """The chat as the engine's prompt: rendered text here, the messages themselves for a backend."""
+    def render_chat(self, messages: list[dict], variables: dict | None = None) -> str | ChatPrompt:
+        """The chat as the engine's prompt: rendered text here, the messages themselves for a backend.
+        `variables`: chat-template variables for this prompt only (a backend's template is its own)."""
 
     def tokenize_prompt(self, prompt: str | list[int]) -> list[int]: ...
 

@@ -120,10 +120,10 @@ class Engine:
 
     # -- caller side -----------------------------------------------------------------
 
-    def render_chat(self, messages: list[dict]) -> str:
+    def render_chat(self, messages: list[dict], variables: dict | None = None) -> str:
         if self.chat_template is None:
             raise InvalidRequest("this model has no chat template; use a raw prompt instead")
-        return self.chat_template.render(messages)
+        return self.chat_template.render(messages, variables)
 
     def tokenize_prompt(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, list):

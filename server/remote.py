@@ -83,8 +83,8 @@ class RemoteEngine:
 
     # -- what the routes call, as on engine.Engine --------------------------------------
 
-    def render_chat(self, messages: list[dict]) -> ChatPrompt:
-        return ChatPrompt(tuple(dict(m) for m in messages))
+    def render_chat(self, messages: list[dict], variables: dict | None = None) -> ChatPrompt:
+        return ChatPrompt(tuple(dict(m) for m in messages))  # the backend renders with its own settings
 
     def tokenize_prompt(self, prompt) -> list[int]:
         raise UnsupportedWithBackend("counting a prompt's tokens needs the model's tokenizer here; with "

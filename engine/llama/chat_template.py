@@ -52,8 +52,9 @@ class ChatTemplate:
         except jinja2.TemplateError as e:
             raise ModelLoadError(f"the model's chat template does not parse: {e}") from e
 
-    def render(self, messages: list[dict]) -> str:
-        """messages: [{"role", "content": str}] -> prompt text ending with the assistant's turn."""
+    def render(self, messages: list[dict], variables: dict | None = None) -> str:
+        """messages: [{"role", "content": str}] -> prompt text ending with the assistant's turn.
+        `variables` add to (and win over) the model's own for this rendering only."""
         if not messages:
             raise InvalidRequest("messages must not be empty", param="messages")
         for i, m in enumerate(messages):
@@ -65,7 +66,7 @@ class ChatTemplate:
         if not self._knows_developer:
             messages = [m | {"role": "system"} if m["role"] == "developer" else m for m in messages]
         try:
-            return self._fmt(messages=messages, **self.variables).prompt
+            return self._fmt(messages=messages, **(self.variables | (variables or {}))).prompt
         except (jinja2.TemplateError, ValueError, TypeError) as e:
             # Templates reject some conversations on purpose (raise_exception), e.g. bad role order.
             raise InvalidRequest(f"the model's chat template rejected these messages: {e}",

@@ -35,6 +35,10 @@ NO_CLOSING = ("closing within max_tokens needs the model here: through a backend
 NO_CONFIDENCE = "field confidence needs token probabilities, and the backend returned none"
 ANSWER_TOKENS = 1280  # room kept for the answer unless max_tokens says otherwise (a right answer: 250-600)
 MIN_ANSWER_TOKENS = 256
+# A parse wants the JSON, not a reasoning block before it: templates that can think (Qwen3, Qwen3.5)
+# close theirs empty; a template without the variable ignores it. Catalog entries already say so;
+# this reaches a model imported by hand too.
+TEMPLATE_VARIABLES = {"enable_thinking": False}
 PARAGRAPH_SLACK = 0.75  # a cut moves back to a paragraph end when that keeps this share of what fits
 
 
@@ -64,7 +68,7 @@ class Outcome:
 def request_for(engine: Engine, template: Template, text: str, sent: dt.date, language: str | None = None,
                 max_tokens: int | None = None, spec: SpecParams = SpecParams()) -> GenerationRequest:
     """Greedy, grammar-constrained, with token log-probabilities; raises ContextLengthExceeded."""
-    rendered = engine.render_chat(prompt.messages(template, text, sent, language))
+    rendered = engine.render_chat(prompt.messages(template, text, sent, language), TEMPLATE_VARIABLES)
     if isinstance(rendered, ChatPrompt):  # a backend: it sizes the answer to its own context
         fmt = {"type": "json_schema", "json_schema": {"name": template.name, "schema": template.schema}}
         return GenerationRequest(rendered, max_tokens, SamplingParams(temperature=0), [], spec, logprobs=True,

@@ -1,5 +1,6 @@
 """The catalog's chat-template variables reach the prompt: catalog entry -> the installed model's
-manifest -> server/runtime.py load_engine -> EngineConfig.chat_template_vars -> Engine.render_chat.
+manifest -> server/runtime.py load_engine -> EngineConfig.chat_template_vars -> Engine.render_chat;
+and a work-order parse closes a thinking template's block on any model, imported ones too.
 
 The model is tests/hub_models.py's tiny llama target carrying Qwen3's real template (read from the
 pinned sdist, tests/llama_templates.py), installed under the built-in qwen3-8b entry's name with
@@ -72,3 +73,23 @@ def test_qwen35_entries_answer_without_thinking(tmp_path, model_path, name):
     assert served_prompt(tmp_path / "home", entry.name) == PROMPT + "<think>\n\n</think>\n\n"
     install(tmp_path / "home", "my-qwen3.5", target, {})  # imported by hand: the template's own default
     assert served_prompt(tmp_path / "home", "my-qwen3.5") == PROMPT + "<think>\n"
+
+
+def test_a_work_order_parse_closes_the_thinking_block_of_an_imported_qwen35(tmp_path, model_path):
+    """A model imported by hand has no catalog options; its chats keep the template's default, but a
+    work-order parse asks for the JSON without reasoning (server/workorders/extract.py)."""
+    import datetime as dt
+
+    from server.workorders.extract import request_for
+    from server.workorders.templates import TemplateStore
+
+    target = write_target(tmp_path / "Qwen3.5-4B-Q4_K_M.gguf", model_path, chat_template=family_templates()["qwen3.5"])
+    install(tmp_path / "home", "my-qwen3.5", target, {})
+    _, eng = load_engine(Settings(home=str(tmp_path / "home"), model="my-qwen3.5", ctx=2048, parallel=1, threads=2))
+    try:
+        assert eng.render_chat(HI).endswith("<think>\n")  # a chat: the template's own default
+        req = request_for(eng, TemplateStore(None).get("work_order"), "500 flyers A5 by Friday", dt.date(2026, 1, 12))
+        # (the special tokens detokenize to nothing: "<|im_start|>assistant" reads "assistant")
+        assert eng.model.detokenize(req.prompt).endswith("\nassistant\n<think>\n\n</think>\n\n")
+    finally:
+        eng.close()

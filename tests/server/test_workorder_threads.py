@@ -146,7 +146,7 @@ class CharEngine:
     def __init__(self, n_ctx: int):
         self.n_ctx = n_ctx
 
-    def render_chat(self, messages: list[dict]) -> str:
+    def render_chat(self, messages: list[dict], variables: dict | None = None) -> str:
         return "\n".join(m["content"] for m in messages)
 
     def tokenize_prompt(self, rendered: str) -> list[int]:
