@@ -267,6 +267,10 @@ class Stepper:
         if slot.spec.retired:  # auto mode gave up on this drafter: stop feeding it
             slot.spec.drafter.forget(slot.seq_id)
             return
+        if not slot.prefilling and slot.spec.losing():  # auto mode: it cost more than it won; plain from now on
+            slot.spec.retired = True
+            slot.spec.drafter.forget(slot.seq_id)
+            return
         first = slot.n_past - w.kept
         try:
             t0 = time.perf_counter()

@@ -21,7 +21,7 @@ from ..prefix import costs_reuse
 from .costs import CostModel
 from .drafters.base import Drafter
 from .params import AUTO, DFLASH, GRAMMAR_LOOKUP, GRAMMAR_LOOKUP_DFLASH, LOOKUP, MAX_BLOCK, OFF, SpecParams
-from .state import DrafterRecord, SpecState
+from .state import DrafterRecord, SpecState, TrialBudget
 
 EXPLORE_TRIALS = 16  # auto mode judges a DFlash draft once its record holds this many first-position trials
 REFRESH = 8  # a drafter auto mode set aside gets every REFRESH-th request, so its record stays current
@@ -42,6 +42,7 @@ class Policy:
         self.records: dict[str, DrafterRecord] = {}  # what each drafter has shown here, across requests
         self._auto_requests = 0
         self._auto_constrained = 0
+        self.budget = TrialBudget()  # what auto mode's trials of unproven drafters may cost
 
     @property
     def max_block(self) -> int:
@@ -65,15 +66,17 @@ class Policy:
         mode = self.mode if params.mode == AUTO else params.mode
         if mode == OFF or not self.enabled:
             return None
+        trial = False
         if mode == AUTO:
             mode, trial = self.auto_drafter()
             # re-decoding a long shared prompt would cost more than the draft earns; a trial gives up
             # no kept prompt at all (its record counts a prompt decoded again for it as upkeep, but at 8
             # streams a trial every REFRESH-th request that decodes 50 prompt tokens again costs 4%)
             if costs_reuse(slot, prompt, self.drafters.get(mode), least=1 if trial else 64):
-                mode = LOOKUP
+                mode, trial = LOOKUP, False
             if constrained:  # the grammar's forced spans join whichever drafter auto chose
-                mode = GRAMMAR_LOOKUP_DFLASH if mode == DFLASH and self._draft_adds() else GRAMMAR_LOOKUP
+                adds, trial = self._draft_adds() if mode == DFLASH else (False, False)
+                mode = GRAMMAR_LOOKUP_DFLASH if adds else GRAMMAR_LOOKUP
         if mode not in self.drafters:
             return None
         if sampling.presence_penalty or sampling.frequency_penalty:
@@ -94,23 +97,35 @@ class Policy:
         block = min(params.block or self.block, info.block_size if info else MAX_BLOCK, self.max_block)
         dist = None if sampling.greedy else TargetDistribution(sampling, self.n_vocab)
         return SpecState(params, drafter, block, self.n_ctx, costs, selector, self.records[mode], dist=dist,
-                         seed=sampling.seed)
+                         seed=sampling.seed, trial=trial, budget=self.budget if params.mode == AUTO else None,
+                         baseline=self._baseline(mode) if trial else 1.0)
 
-    def _draft_adds(self) -> bool:
+    def _baseline(self, mode: str) -> float:
+        """The speed-up over plain decoding of what auto would use instead of `mode` on trial: the
+        grammar's spans alone for the spans with the draft (as their answers measured), else plain."""
+        spans = self.records.get(GRAMMAR_LOOKUP)
+        if mode == GRAMMAR_LOOKUP_DFLASH and spans is not None and spans.gain.answers:
+            return max(1.0, spans.gain.speedup)
+        return 1.0
+
+    def _draft_adds(self) -> tuple[bool, bool]:
         """For a request with a grammar: is the draft worth its call beside the forced and copied
-        spans? Yes until the combined drafter has EXPLORE_TRIALS first-position trials here, then
-        only while its record is faster than grammar+lookup's at this machine's costs (on work
-        orders the spans write nearly everything and the draft's call is pure cost), with every
-        REFRESH-th such request trying it again."""
+        spans, and is that a trial? A trial until the combined drafter has EXPLORE_TRIALS
+        first-position trials here, while the trial budget allows; then only while its record is
+        faster than grammar+lookup's at this machine's costs (on work orders the spans write nearly
+        everything and the draft's call is pure cost), with every REFRESH-th such request trying it
+        again, budget allowing."""
         mixed, spans = self.records.get(GRAMMAR_LOOKUP_DFLASH), self.records.get(GRAMMAR_LOOKUP)
         if mixed is None:
-            return False
+            return False, False
         if mixed.trials[0] < EXPLORE_TRIALS or not self.costs.ready or spans is None:
-            return True
+            allowed = self.budget.allows()
+            return allowed, allowed
         if mixed.speed(self.costs, self.max_block - 1) > spans.speed(self.costs, self.max_block - 1):
-            return True
+            return True, False
         self._auto_constrained += 1
-        return self._auto_constrained % REFRESH == 0
+        again = self._auto_constrained % REFRESH == 0 and self.budget.allows()
+        return again, again
 
     def auto_drafter(self) -> tuple[str, bool]:
         """The drafter auto mode uses for the next unconstrained request, and whether it is on trial
@@ -125,10 +140,11 @@ class Policy:
         rec, lookup = self.records.get(DFLASH), self.records.get(LOOKUP)
         costs = self.costs
         preferred = DFLASH if rec is not None and not rec.useless() else LOOKUP
-        if preferred == DFLASH and (not costs.ready or not (rec.gain.answers or rec.upkeep_ms)):
+        tried = preferred == DFLASH and costs.ready and (rec.gain.answers or rec.upkeep_ms)
+        if preferred == DFLASH and not tried and self.budget.allows():
             return DFLASH, True  # not tried yet: try it
         pick = LOOKUP
-        if preferred == DFLASH and rec.speed(costs, self.max_block - 1) > 1.0 / costs.cost(1):
+        if tried and rec.speed(costs, self.max_block - 1) > 1.0 / costs.cost(1):
             rival = lookup.gain.speedup if lookup is not None and lookup.gain.answers else None
             if not rec.gain.answers or rec.gain.speedup > max(1.0, rival or 1.0):
                 pick = DFLASH
@@ -137,4 +153,5 @@ class Policy:
         if pick == preferred:
             return pick, False
         self._auto_requests += 1
-        return (preferred, True) if self._auto_requests % REFRESH == 0 else (pick, False)
+        again = self._auto_requests % REFRESH == 0 and self.budget.allows()
+        return (preferred, True) if again else (pick, False)

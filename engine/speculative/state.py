@@ -13,11 +13,19 @@ from ..llama.sampler import TargetDistribution
 from .chooser import StepBatch, choose_path_len, expected_committed
 from .costs import CostModel
 from .drafters.base import Drafter
-from .params import AUTO, MAX_BLOCK, MeasuredGain, SpecParams, SpecStats
+from .params import AUTO, DFLASH, LOOKUP, MAX_BLOCK, MeasuredGain, SpecParams, SpecStats
 
 PROBE_BUDGET = 0.015  # probing a drafter the chooser benched may cost at most this share of plain time
 MIN_PROBE_EVERY = 8
 MAX_MISSES = 4  # auto mode retires a drafter after this many fruitless probes in a row
+# Auto mode promises never to be slower than plain decoding by more than noise. A request's drafter
+# that has cost more than it won, by over LOSS_SHARE of the plain time so far plus LOSS_SLACK plain
+# tokens (the first draft calls and a prompt's injection come before any gain can), is retired for
+# the rest of the request; and trials of a drafter that has not paid here may lose at most
+# LOSS_SHARE of the time auto mode has decoded in all (TrialBudget).
+LOSS_SHARE = 0.02
+LOSS_SLACK = 4
+RETIRABLE = (DFLASH, LOOKUP)  # drafters whose answer decodes plainly once retired
 
 
 def source_key(sources: list[str | None], i: int) -> tuple[str, bool]:
@@ -104,12 +112,45 @@ class DrafterRecord:
             self.upkeep_ms = per if not self.upkeep_ms else 0.5 * (self.upkeep_ms + per)
 
 
+def loss_ms(stats: SpecStats, c1_ms: float, baseline: float = 1.0) -> float:
+    """What speculating cost this answer beyond decoding the same tokens at `baseline` times plain
+    decoding's speed (negative: a gain)."""
+    return stats.spent_ms - stats.plain_equivalent_ms(c1_ms) / baseline
+
+
+class TrialBudget:
+    """Auto mode's allowance for trying a drafter that has not paid here yet (a draft on chat that
+    copies nothing costs its upkeep and misses): trials may lose at most LOSS_SHARE of the decoding
+    time auto mode's answers took, counted over all of them; the first trial is always allowed, since
+    nothing is known before it. Worker thread only."""
+
+    def __init__(self):
+        self.served_ms = 0.0  # decoding time of every answer auto mode speculated on
+        self.lost_ms = 0.0  # what trials cost beyond plain decoding (gains count as nothing)
+        self.trials = 0
+
+    def allows(self) -> bool:
+        return self.trials == 0 or self.lost_ms <= LOSS_SHARE * self.served_ms
+
+    def add(self, stats: SpecStats, c1_ms: float, trial: bool, baseline: float = 1.0) -> None:
+        """An auto answer's stats; `baseline`: the speed-up over plain decoding of what auto would
+        have used instead of the drafter on trial (1.0: plain decoding)."""
+        self.served_ms += stats.spent_ms
+        if trial:
+            self.trials += 1
+            self.lost_ms += max(0.0, loss_ms(stats, c1_ms, baseline))
+
+
 class SpecState:
     def __init__(self, params: SpecParams, drafter: Drafter, block: int, n_ctx: int,
                  costs: CostModel | None = None, selector: str | None = None,
                  record: DrafterRecord | None = None, dist: TargetDistribution | None = None,
-                 seed: int | None = None):
+                 seed: int | None = None, trial: bool = False, budget: TrialBudget | None = None,
+                 baseline: float = 1.0):
+        """`trial`: auto mode is trying this drafter out instead of what runs at `baseline` times plain
+        speed; `budget`: auto mode's, which it reports to."""
         self.params = params
+        self.trial, self.budget, self.baseline = trial, budget, baseline
         self.drafter = drafter
         self.block = block  # B: anchor + B-1 drafted slots (the most; the chooser may draft fewer)
         self.n_ctx = n_ctx
@@ -131,6 +172,8 @@ class SpecState:
     def free(self) -> None:
         """The request ended: pool what it learned, free the sampler."""
         self.record.merge(self)
+        if self.budget is not None and self.costs is not None and self.costs.ready:
+            self.budget.add(self.stats, self.costs.cost(1), self.trial, self.baseline)
         if self.dist is not None:
             self.dist.free()
 
@@ -179,6 +222,18 @@ class SpecState:
         plain = batch.cost(self.costs)
         extra = batch.cost(self.costs, seq_id, 1) - plain + self.draft_ms
         return max(MIN_PROBE_EVERY, math.ceil(len(batch.rows) * extra / (PROBE_BUDGET * plain)))
+
+    def losing(self) -> bool:
+        """Auto mode: has this answer's drafter cost more than it won, by more than the allowance
+        (LOSS_SHARE of the plain time so far, plus LOSS_SLACK plain tokens)? It is then retired.
+        Not a drafter with the grammar's forced spans: retiring it would lose them too, and its
+        trials are priced against the spans alone (`baseline`, TrialBudget)."""
+        if (self.params.mode != AUTO or self.retired or self.costs is None or not self.costs.ready
+                or self.drafter.name not in RETIRABLE):
+            return False
+        c1 = self.costs.cost(1)
+        plain = self.stats.plain_equivalent_ms(c1)
+        return loss_ms(self.stats, c1) > LOSS_SHARE * plain + LOSS_SLACK * c1
 
     def observe_acceptance(self, n_drafted: int, n_accepted: int, decay: float = 0.8) -> None:
         """Positions 0..n_accepted-1 were accepted; position n_accepted (if drafted) was not."""

@@ -176,16 +176,17 @@ def test_auto_adds_the_draft_to_the_spans_only_while_it_pays():
     for name in ("grammar+lookup", "grammar+lookup+dflash"):
         policy.add(Named(name))
     policy.costs = CPU
-    assert policy._draft_adds()  # not tried yet: it is
+    assert policy._draft_adds() == (True, True)  # not tried yet: it is, on trial
     spans, mixed = policy.records["grammar+lookup"], policy.records["grammar+lookup+dflash"]
     for rec, draft_ms in ((spans, 0.0), (mixed, 6.0)):  # the same acceptance; the draft's call costs 6 ms
         rec.hits, rec.trials, rec.draft_ms = [90.0] * 15, [100.0] * 15, draft_ms
     assert mixed.trials[0] >= EXPLORE_TRIALS
     picks = [policy._draft_adds() for _ in range(2 * REFRESH)]
-    assert picks.count(True) == 2 and picks[REFRESH - 1]  # only the refreshes
+    assert picks.count((True, True)) == 2 and picks[REFRESH - 1] == (True, True)  # only the refreshes, on trial
+    assert picks.count((False, False)) == 2 * REFRESH - 2
     mixed.draft_ms = 0.0
     mixed.hits = [99.0] * 15  # now it is the faster one
-    assert policy._draft_adds()
+    assert policy._draft_adds() == (True, False)  # chosen on its record
 
 
 def test_a_forced_span_is_priced_at_what_forced_tokens_are_worth():
