@@ -110,6 +110,8 @@ def main() -> int:
     prompts = dev_prompts()[:a.prompts]
     rows = defaultdict(list)
     try:
+        # the idle measurement of the cost curve decodes between requests: let it finish first
+        engine.spec.curve_ready.wait(timeout=300)
         run(engine, prompts[:1], 1, 8, a.mode)  # warm-up
         for _ in range(a.rounds):
             for n in counts:

@@ -32,8 +32,9 @@ References: llama.cpp `include/llama.h` (context, batch, memory sections).
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
 
 import llama_cpp
 import numpy as np
@@ -41,6 +42,8 @@ import numpy as np
 from ..errors import EngineStopped, GenerationFailed, ModelLoadError
 from . import ext
 from .model import Model
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,32 @@ class ContextConfig:
     n_batch: int  # most tokens in one decode
     n_threads: int
     rollback: int = 0  # the most tokens a tail removal may drop on recurrent memory (snapshots kept)
+
+
+def on_own_thread(work: Callable[[], T]) -> T:
+    """`work()` on a thread that ends with it; its result, or its exception raised here.
+
+    For decodes outside the engine's worker thread (the load-time checks). ggml's CPU backend runs a
+    decode's threads as an OpenMP team of the thread that calls it, and libgomp keeps a team for as
+    long as its thread lives. With a second team alive beside the worker's, there are more OpenMP
+    threads than cores, so libgomp throttles its spin-waits between graph nodes into sleeps: every
+    later decode of the worker took about twice as long (measured on 2 cores, SmolLM2: 20 against
+    10 ms a token, until the loading thread ended)."""
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append((True, work()))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller as it is
+            out.append((False, e))
+
+    t = threading.Thread(target=run, name="flashdesk-decode-once")
+    t.start()
+    t.join()
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
 
 
 class Batch:

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Mapping, Protocol
 from .. import prefix
 from ..errors import EngineError
 from ..llama import ggml
-from ..llama.context import Context
+from ..llama.context import Context, on_own_thread
 from ..llama.model import Model
 from ..stats import SpeculationFacts
 from .costs import CostModel, FillIn
@@ -74,7 +74,7 @@ class Speculation:
             self._add(extra if isinstance(extra, Drafter) else extra(model, self.drafters))
         # Speculation is only lossless when verify rows compute exactly like single tokens. A patched
         # GPU build is exact only for decodes of up to `max_rows` rows: the policy and the stepper keep to it.
-        self.exactness = judge(ctx, on_gpu=on_gpu, block=config.spec_block)
+        self.exactness = on_own_thread(lambda: judge(ctx, on_gpu=on_gpu, block=config.spec_block))
         # spec_inexact accepts other numerics, never a memory that cannot roll back (corrupted state)
         self.enabled = self.policy.enabled = (self.exactness.exact
                                               or (config.spec_inexact and self.exactness.possible))
