@@ -118,7 +118,8 @@ def main() -> int:
                 rows[n].append(run(engine, prompts, n, a.max_tokens, a.mode))
     finally:
         engine.close()
-    print(f"{'streams':>7} {'tok/s':>7} {'steps':>6} {'decode ms':>10} {'stepper ms':>11} {'worker ms':>10} {'python':>7}")
+    heads = ("streams", 7), ("tok/s", 7), ("steps", 6), ("decode ms", 10), ("stepper ms", 11), ("worker ms", 10)
+    print(" ".join(f"{h:>{w}}" for h, w in heads), f"{'python':>7}")
     summary = []
     for n, rs in rows.items():
         pick = lambda f: statistics.median(f(r) for r in rs)  # noqa: E731
