@@ -15,6 +15,13 @@ for _ in range(MIN_SAMPLES):
 C1 = CPU.cost(1)
 
 
+class Named:
+    """A drafter as the policy sees it here: its mode's name."""
+
+    def __init__(self, name):
+        self.name = name
+
+
 def answered(tokens: int, spent_per_token: float) -> SpecStats:
     """The stats of an answer that committed `tokens` tokens in verifies at `spent_per_token` x c(1)
     each (missed drafts make it more than 1, accepted ones less)."""
@@ -59,10 +66,6 @@ def test_trials_may_lose_only_a_share_of_the_time_served():
 
 
 def test_auto_tries_an_untried_draft_only_while_the_budget_allows():
-    class Named:
-        def __init__(self, name):
-            self.name = name
-
     policy = Policy(mode="auto", selector="walk", block=8, n_ctx=4096, n_vocab=100)
     for name in ("dflash", "lookup"):
         policy.add(Named(name))
@@ -98,10 +101,6 @@ def test_the_budget_hears_of_every_auto_answer():
 
 
 def test_the_grammars_spans_are_never_retired_but_their_draft_trials_are_priced_against_them():
-    class Named:
-        def __init__(self, name):
-            self.name = name
-
     st = SpecState(SpecParams(mode="auto"), Named("grammar+lookup+dflash"), 8, 4096, CPU)
     st.stats = answered(100, 2.0)
     assert not st.losing()  # retiring it would lose the forced spans too
