@@ -3,7 +3,7 @@
 Callers (any thread) `submit` a `GenerationRequest`; it is validated and tokenized on
 the caller's thread, so a bad request fails before anything is queued. The worker runs
 continuous batching: every step it admits waiting requests into free slots (the one
-whose kept prompt prefix is longest, prefix.py), drops cancelled ones, builds one batch
+whose kept prompt prefix saves the most, prefix.py), drops cancelled ones, builds one batch
 with one token per generating slot plus prompt chunks of prefilling slots, decodes it
 once, and samples each slot from its own row. Requests join and leave between steps.
 
@@ -25,24 +25,27 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from . import prefix
+from . import chunks, prefix
 from .api import LOCAL
 from .errors import (ContextLengthExceeded, EngineStopped, GenerationFailed, InvalidRequest,
                      ServerBusy)
 from .llama import ggml
 from .llama.chat_template import ChatTemplate
-from .llama.context import Context, ContextConfig
+from .llama.context import Context, ContextConfig, on_own_thread
 from .llama.grammar import Grammar
 from .llama.model import Model, ModelInfo
 from .request import Completion, GenerationRequest, RequestHandle, StreamEvent
 from .sampling import SamplingParams
 from .slot import Slot
 from .speculative.drafters.base import Drafter
+from .speculative.costs import MAX_ROWS
 from .speculative.params import AUTO, OFF, SpecParams
 from .speculative.setup import DrafterFactory, Speculation
 from .stats import EngineStats, SpeculationFacts, Totals
 
 log = logging.getLogger("flashdesk.engine")
+
+ANSWER_TOKENS = 128  # an answer's length before any has finished (admission prices gaps with it)
 
 
 @dataclass(frozen=True)
@@ -84,8 +87,10 @@ class Engine:
             self.ctx.set_abort(stop.is_set)  # until the worker starts: its own flag stops it between steps
         self.chat_template = ChatTemplate(model, config.chat_template_vars) if model.info.has_chat_template else None
         self._slots = [Slot(i) for i in range(self.ctx.n_seq)]
+        # how prompts are cut so that answers never depend on what was cached (measured, like the judge below)
+        self.chunks = on_own_thread(lambda: chunks.measure(self.ctx))
         # the drafters, the exactness judge (measured here, before the worker starts) and the learned costs
-        self.spec = Speculation(model, self.ctx, config, drafters=drafters,
+        self.spec = Speculation(model, self.ctx, config, self.chunks, drafters=drafters,
                                 on_gpu=ggml.supports_gpu_offload() and config.n_gpu_layers != 0)
         self.drafters = self.spec.drafters  # name -> drafter: the speculative modes this engine has
         if stop is not None:
@@ -95,6 +100,7 @@ class Engine:
         self._in_flight = 0  # submitted, final event not yet sent: running or waiting
         self._refused = 0  # ServerBusy so far
         self._mean_s: float | None = None  # moving mean of a request's time from submit to its final event
+        self._mean_answer = float(ANSWER_TOKENS)  # moving mean of an answer's tokens (worker thread)
         self._queue: queue.Queue[GenerationRequest | None] = queue.Queue()
         self._waiting: list[GenerationRequest] = []  # taken off the queue, no free slot yet
         self._stopping = threading.Event()
@@ -309,14 +315,15 @@ class Engine:
             if req.cancelled.is_set():
                 req.sink(StreamEvent(finish_reason="cancelled"))
                 continue
-            slot = prefix.best_slot(free, req.prompt_tokens)
+            busy = [s.seq_id for s in self._slots if s.busy]
+            slot = prefix.best_slot(free, req.prompt_tokens, self.chunks, busy, self._gap_tokens())
             max_new = req.max_tokens or (self.n_ctx - len(req.prompt_tokens))
             try:
                 spec = self.spec.policy.state_for(req.speculative, req.sampling, req.prompt_tokens, slot,
                                              constrained=bool(req.grammar))
                 follows = spec is not None and spec.drafter.follows_kv  # a draft KV beside the target's
                 shared = prefix.common_prefix(slot.cached, req.prompt_tokens[:-1]) if follows else 0
-                reused = prefix.reuse(slot, self.ctx, req.prompt_tokens, spec.drafter if spec else None)
+                reused = prefix.reuse(slot, self.ctx, req.prompt_tokens, spec.drafter if spec else None, self.chunks)
                 costs = self.spec.costs
                 if shared > reused and costs.ready:  # a kept prompt decoded again for the draft: its upkeep
                     spec.stats.upkeep_ms += costs.cost(shared - reused)
@@ -326,6 +333,14 @@ class Engine:
                 req.sink(StreamEvent(error=GenerationFailed(f"engine error: {e}")))
                 continue
             slot.start(req, self.model, max_new, spec, reused)
+
+    def _gap_tokens(self) -> float | None:
+        """Prompt tokens worth as much as one more ubatch in every step of an answer (prefix.best_slot):
+        an answer's mean length of single-row decodes, over a prompt row's share of a 16-row decode."""
+        costs = self.spec.costs
+        if not costs.ready:
+            return None
+        return self._mean_answer * costs.cost(1) / (costs.cost(MAX_ROWS) / MAX_ROWS)
 
     def _step(self) -> None:
         active = [s for s in self._slots if s.busy]
@@ -367,7 +382,8 @@ class Engine:
     def _finish(self, slot: Slot, event: StreamEvent) -> None:
         """Send the final event; keep the committed KV as a prefix for the next request; free the slot."""
         event.usage = slot.usage(speedup=self.spec.finished(slot.spec))
+        self._mean_answer = 0.8 * self._mean_answer + 0.2 * len(slot.output)
         self.totals.count(event)
         slot.emit(event)
-        prefix.keep(slot, self.ctx, ok=event.error is None)
+        prefix.keep(slot, self.ctx, event.error is None, self.chunks)
         slot.release()

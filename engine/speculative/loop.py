@@ -10,10 +10,11 @@ target did not commit is rolled back from its KV cache in `finally`, so an error
 leaves every sequence exactly at its committed frontier. Drafters see each committed row
 right after the decode (DFlash injects its features).
 
-On a build whose rows are exact only in decodes of at most `max_rows` rows (a GPU build
-with flashdesk's patch, exactness.py), a step holds either one prompt chunk alone, cut as
-if its request were the only one, or generating slots' plain and verify rows, `max_rows`
-at most in all; the two kinds of step take turns.
+Where prompt rows depend on the decode they are in (engine/chunks.py) and on a build whose
+rows are exact only in decodes of at most `max_rows` rows (a GPU build with flashdesk's patch,
+exactness.py), a step holds either one prompt chunk alone, cut as if its request were the only
+one, or generating slots' plain and verify rows (`max_rows` at most in all); the two kinds of
+step take turns. Elsewhere prompt chunks join the generating slots' rows in one decode.
 
 Not the worker: admission, cancellation, text and finishing stay in worker.py.
 """
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from .. import prefix
+from ..chunks import Chunks
 from ..errors import EngineError
 from ..llama.context import Context
 from . import accept, constrain
@@ -59,9 +61,11 @@ class Work:
 
 
 class Stepper:
-    def __init__(self, ctx: Context, max_rows: int | None = None, costs: CostModel | None = None):
+    def __init__(self, ctx: Context, chunks: Chunks, max_rows: int | None = None, costs: CostModel | None = None):
         self.ctx = ctx
+        self.chunks = chunks  # how prompts are cut: aligned chunks are decoded alone
         self.max_rows = max_rows  # None: rows compute alike in a batch of any size
+        self._alone = chunks.aligned or max_rows is not None  # a prompt chunk is a step of its own
         self.costs = costs  # every decode's time goes in: the chooser prices from what they cost
         self._prefilled = False  # the last banded step was a prompt chunk
         self._turn = 0  # banded steps: where the rotation of generating slots starts
@@ -69,7 +73,7 @@ class Stepper:
     def step(self, slots: list) -> dict[int, list[int]]:
         """Decode once for `slots` (on a banded build, for those whose turn it is); returns
         seq_id -> tokens committed this step."""
-        if self.max_rows is not None:
+        if self._alone:
             slots = self._band(slots)
         work = self._plan(slots)  # prefill | plain | verify(T), drafts selected into paths
         self._fill(work)
@@ -96,14 +100,14 @@ class Stepper:
     # -- plan ---------------------------------------------------------------------------
 
     def _band(self, slots: list) -> list:
-        """This step's slots on a banded build: one prompt chunk alone, or at most `max_rows`
-        generating slots (taking turns when there are more), alternately."""
+        """This step's slots where prompt chunks go alone: one prompt chunk, or the generating
+        slots (at most `max_rows` on a banded build, taking turns when there are more), alternately."""
         prefill = [s for s in slots if s.prefilling]
         gen = [s for s in slots if not s.prefilling]
         self._prefilled = bool(prefill) and (not gen or not self._prefilled)
         if self._prefilled:
             return prefill[:1]
-        if len(gen) > self.max_rows:
+        if self.max_rows is not None and len(gen) > self.max_rows:
             self._turn = (self._turn + 1) % len(gen)
             gen = sorted((gen[self._turn:] + gen[:self._turn])[:self.max_rows], key=lambda s: s.seq_id)
         return gen
@@ -113,7 +117,7 @@ class Stepper:
         # free drafter (no model call) is asked for the longest path and priced on what it offers.
         rows, room = {}, self.ctx.batch.capacity - sum(1 for s in slots if not s.prefilling)
         for s in sorted(slots, key=lambda s: s.seq_id):  # as _fill will fill the batch
-            rows[s.seq_id] = 1 if not s.prefilling else max(0, min(len(s.pending), room))
+            rows[s.seq_id] = 1 if not s.prefilling else self._chunk(s, room)
             room -= rows[s.seq_id] if s.prefilling else 0
         decoding = [s for s in slots if not s.prefilling]
         self._batch = StepBatch(rows, float(len(decoding)), n_ubatch=self.ctx.n_ubatch)
@@ -193,7 +197,7 @@ class Stepper:
         for w in work:
             s = w.slot
             if w.kind == "prefill":
-                n = max(0, min(len(s.pending), room))
+                n = self._chunk(s, room)
                 ends = n == len(s.pending)  # the prompt's last row: the first token is sampled there
                 w.rows = [batch.add(tok, s.n_past + j, s.seq_id, logits=ends and j == n - 1)
                           for j, tok in enumerate(s.pending[:n])]
@@ -202,6 +206,10 @@ class Stepper:
                 w.rows = add_verify_rows(batch, s.seq_id, s.n_past, s.last, w.path.tokens)
             else:
                 w.rows = [batch.add(s.last, s.n_past, s.seq_id, logits=True)]
+
+    def _chunk(self, slot, room: int) -> int:
+        """The prompt rows `slot` decodes this step, with `room` rows left in the batch."""
+        return self.chunks.cut(slot.n_past, len(slot.pending), max(0, room))
 
     # -- settle -------------------------------------------------------------------------
 
@@ -219,6 +227,8 @@ class Stepper:
             if s.prefilling or not w.rows:  # the prompt goes on next step: nothing to sample yet
                 s.n_past += w.kept
                 w.settled = True
+                if w.rows:
+                    prefix.checkpoint(s, self.ctx, self.chunks)
                 return
             w.commit = [s.sampler.sample(self.ctx.ptr, w.rows[-1], len(s.output))]
             if s.spec is not None and w.kind == "plain":
@@ -228,7 +238,7 @@ class Stepper:
         s.n_past += w.kept
         w.settled = True
         if w.kind == "prefill":  # the prompt's last chunk: its state is a prefix a later prompt may share
-            prefix.checkpoint(s, self.ctx)
+            prefix.checkpoint(s, self.ctx, self.chunks)
         if s.req.logprobs:
             s.logprobs_step = token_logprobs(self.ctx, at, w.commit)
 

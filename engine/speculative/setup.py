@@ -1,6 +1,6 @@
 """What an engine speculates with, built in one place: the speculative package's composition root.
 
-What it is: `Speculation(model, ctx, config)` makes the drafters (prompt lookup, the grammar's
+What it is: `Speculation(model, ctx, config, chunks)` makes the drafters (prompt lookup, the grammar's
 forced spans, both together, and with a paired DFlash draft that draft and the spans over it),
 judges once whether speculation is lossless on this build and device (exactness.py, before the
 worker starts, while the context is free), loads the decode costs learned here (costs.py) and
@@ -19,6 +19,7 @@ import time
 from typing import Callable, Iterable, Mapping, Protocol
 
 from .. import prefix
+from ..chunks import Chunks
 from ..errors import EngineError
 from ..llama import ggml
 from ..llama.context import Context, on_own_thread
@@ -56,7 +57,7 @@ class SpecConfig(Protocol):
 
 
 class Speculation:
-    def __init__(self, model: Model, ctx: Context, config: SpecConfig, *, on_gpu: bool,
+    def __init__(self, model: Model, ctx: Context, config: SpecConfig, chunks: Chunks, *, on_gpu: bool,
                  drafters: Iterable[Drafter | DrafterFactory] = ()):
         """`drafters`: modes beside the built-in ones (tests bring oracles), each a drafter or a factory,
         added after the built-in ones and before the worker starts: no request sees the set change."""
@@ -84,7 +85,8 @@ class Speculation:
         # times (kept beside the model); the fill-in times the one-sequence rows traffic has not
         # visited while the engine is idle, on its last sequence.
         self.costs = self.policy.costs = CostModel.load(config.cost_cache, config.n_threads, ggml.build_id())
-        self.stepper = Stepper(ctx, self.exactness.max_rows, self.costs)
+        self.chunks = chunks
+        self.stepper = Stepper(ctx, chunks, self.exactness.max_rows, self.costs)
         self.gain = MeasuredGain()  # what speculation did for recent answers here (the Models page says it)
         self.curve_ready = threading.Event()  # set once c(1..16) of one sequence are all measured
         self.fill_in: FillIn | None = None
@@ -139,7 +141,9 @@ class Speculation:
         draft = None if info is None else {"kind": info.kind, "block_size": info.block_size, "top_k": info.top_k}
         ex = self.exactness
         return SpeculationFacts(sorted(self.drafters), self.config.spec_mode, ex.exact, ex.why, self.enabled,
-                                ex.max_rows, draft, self.draft_error, self.cost_curve, self.gain.as_dict())
+                                ex.max_rows, draft, self.draft_error, self.cost_curve, self.gain.as_dict(),
+                                prompt_chunk=self.chunks.size if self.chunks.aligned else None,
+                                prompt_why=self.chunks.why)
 
     # -- worker thread only, from here on ---------------------------------------------
 

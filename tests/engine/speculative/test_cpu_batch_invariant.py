@@ -9,7 +9,10 @@ arithmetic. The target here is a random llama written at test time and quantized
 - the build carries the patch and reports its band;
 - the judge passes that model, and with the patch switched off (GGML_BATCH_INVARIANT=0, read once
   per process, so in a child) the same model is refused: the control;
-- greedy invariance on it: lookup and grammar, 1 and 4 sequences, against plain decoding.
+- greedy invariance on it: lookup and grammar, 1 and 4 sequences, against plain decoding;
+- its prompt rows depend on the decode they are in (above the band, stock kernels run), so the
+  engine cuts prompts at fixed positions (engine/chunks.py): an answer's log-probabilities are the
+  same bit for bit whatever prefix was kept and whoever else is served.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from conftest import ROOT, dev_prompts
 from bench import gpu_check
 from engine import Completion, Engine, EngineConfig, SamplingParams
 from engine.grammar.schema import compile_response_format
+from engine.chunks import CHUNK
 from engine.llama import ggml
 from engine.speculative.params import SpecParams
 
@@ -110,3 +114,38 @@ def test_greedy_speculation_on_the_q4_k_m_model_is_lossless(kquant_engine, mode,
     bad = {k: next((i for i, (a, b) in enumerate(zip(plain[k], t)) if a != b), min(len(plain[k]), len(t)))
            for k, t in got.items() if t != plain[k]}
     assert not bad, f"prompt -> first differing token position: {bad}"
+
+
+def answer(eng: Engine, prompt: list[int]):
+    return eng.generate(prompt, sampling=GREEDY, max_tokens=12, speculative=SpecParams(mode="off"), logprobs=True)
+
+
+def test_prompts_are_cut_at_fixed_positions_on_the_q4_k_m_model(kquant_engine):
+    chunks = kquant_engine.chunks
+    assert chunks.aligned and chunks.size == CHUNK, chunks.why
+    assert "depend on the decode they are in" in chunks.why
+    facts = kquant_engine.speculation()
+    assert facts.prompt_chunk == CHUNK and facts.prompt_why == chunks.why
+
+
+def test_a_kept_prefix_and_other_requests_never_change_an_answer(kquant_engine):
+    """Prompt B shares 125 tokens with A (a kept prefix that ends off a multiple of four, where
+    the stock GEMM's row groups move), and later runs beside three other prompts' chunks."""
+    eng, base = kquant_engine, [eng_bos(kquant_engine)] + [(37 * i + 11) % 40000 + 50 for i in range(1, 125)]
+    a = base + [(13 * i + 3) % 40000 + 50 for i in range(30)]
+    b = base + [(17 * i + 5) % 40000 + 50 for i in range(45)]
+    others = [[eng_bos(eng)] + [(k * 101 + 7 * i) % 40000 + 50 for i in range(1, 90 + 9 * k)] for k in range(1, 4)]
+    ref = Completion.collect(iter(answer(eng, b)))  # B's prompt decoded from nothing
+    assert ref.usage.cached_tokens == 0 and ref.logprobs
+    Completion.collect(iter(answer(eng, a)))  # A now holds the slot whose prefix B shares
+    again = Completion.collect(iter(answer(eng, b)))
+    assert again.usage.cached_tokens == CHUNK  # whole chunks of A's prompt, not its 61 shared tokens
+    handles = [answer(eng, p) for p in others[:1]] + [answer(eng, b)] + [answer(eng, p) for p in others[1:]]
+    beside = [Completion.collect(iter(h)) for h in handles][1]
+    for got in (again, beside):
+        assert got.tokens == ref.tokens
+        assert got.logprobs == ref.logprobs  # bit for bit: every logit the answer read
+
+
+def eng_bos(eng: Engine) -> int:
+    return eng.model.bos_id if eng.model.bos_id >= 0 else 1
