@@ -46,7 +46,7 @@ class SpeculationFacts:
     cost_curve: str = "none"  # ready | learning | none
     measured: dict | None = None  # {"answers", "speedup"} over recent answers; None before one
     backend: bool = False  # a backend server speculates by its own configuration
-    prompt_chunk: int | None = None  # prompts cut at multiples of this, chunks decoded alone (engine/chunks.py); None: anywhere
+    prompt_chunk: int | None = None  # prompts cut at multiples of this, each chunk alone (engine/chunks.py)
     prompt_why: str = ""  # why, in words
 
 
