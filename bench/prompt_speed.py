@@ -14,7 +14,8 @@ Sides, alternated A B A B with the order rotating each round:
   where the model's prompt rows depend on the decode.
 - `llama-server`: the stock build of the pinned llama.cpp (bench/llama_server.py), one slot,
   `/completion` with the same token ids, `cache_prompt` false, one token; its `timings.prompt_ms`.
-Every prompt starts with BOS and is new (a salt per measurement): nothing is reused on either side.
+Every prompt starts with BOS and is new (a salt per measurement): nothing is reused but BOS (where a
+kept prefix is reused to the token), and the rate counts only the tokens decoded.
 Prints tokens/s medians per side and the median of flashdesk / llama-server per round.
 
     .venv/bin/python bench/prompt_speed.py --chunk-sizes 64,512 [--quants Q4_K_M]
@@ -62,12 +63,15 @@ def flashdesk_side(gguf: Path, threads: int):
     from engine.speculative.params import SpecParams
 
     eng = Engine.load(str(gguf), EngineConfig(n_ctx=2048, n_parallel=1, n_threads=threads, spec_mode="off"))
+    # an idle engine times its decode costs (costs.FillIn): done first, so it never runs beside the other side
+    if eng.spec.enabled and not eng.spec.curve_ready.wait(timeout=900):
+        raise TimeoutError("the engine's idle measurement of its decode costs did not finish")
 
     def run(tokens: list[int]) -> float:
         c = Completion.collect(iter(eng.generate(tokens, max_tokens=1, sampling=SamplingParams(temperature=0),
                                                  speculative=SpecParams(mode="off"))))
-        assert c.usage.cached_tokens == 0, c.usage
-        return c.usage.prefill_ms
+        assert c.usage.cached_tokens <= 1, c.usage  # BOS, which every prompt shares, at most
+        return c.usage.prefill_ms * len(tokens) / (len(tokens) - c.usage.cached_tokens)
     return eng, run
 
 

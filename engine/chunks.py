@@ -9,7 +9,8 @@ ending at token 61 instead of 60 moved the prompt's last logits by up to 0.058. 
 holds, the rows a prompt gets depend on where a kept prefix ended and on which other sequences'
 rows shared its decode, and greedy answers with them.
 
-`measure` decodes one prompt three ways at load (in one decode; cut at an odd row; beside another
+`measure` decodes one prompt four ways at load (in one decode; cut at an odd row; with its last
+rows in a decode of their own, inside the band, as after a long kept prefix; beside another
 sequence's row) and compares the last row's logits bit for bit:
 - the same: prompt rows do not depend on the decode they are in. A prompt chunk joins the step's
   batch beside the other sequences' rows, and a kept prefix is reused to the token.
@@ -33,6 +34,7 @@ from .llama.context import Context
 CHUNK = 64  # where chunks are aligned: a prompt is cut at multiples of this
 MEASURED = 40  # prompt tokens measured at load: past the 16-row band, so stock kernels run
 CUT = 21  # the odd cut of the second way: two widths that are not multiples of four
+TAIL = 5  # the third way's last decode: rows in the band, after many cells of the sequence
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,8 @@ def measure(ctx: Context, seq_ids: tuple[int, int] = (0, 1)) -> Chunks:
 
     try:
         ref = last_logits([])
-        ways = [("cut at an odd row", [CUT], False)] + ([("beside another sequence", [], True)] if beside else [])
+        ways = [("cut at an odd row", [CUT], False), ("ending in a short chunk", [n - TAIL], False)]
+        ways += [("beside another sequence", [], True)] if beside else []
         for name, cuts, neighbour in ways:
             diff = float(np.max(np.abs(last_logits(cuts, neighbour) - ref)))
             if diff != 0.0:

@@ -3,10 +3,12 @@
 #
 # llama-cpp-python is built once per set of CMake flags into a wheelhouse
 # (~/.cache/flashdesk-wheels, or FLASHDESK_WHEELHOUSE) and installed from there.
-# flashdesk needs llamafile's sgemm OFF: with it, a batch of k >= 2 rows goes through
-# other matmul kernels than a single token, and the target's logits in a speculative
-# verify differ from plain decoding (measured: up to 0.7 on SmolLM2), which breaks
-# the lossless guarantee at near-ties (the batch-invariant patch keeps its band off it anyway).
+# llamafile's sgemm stays on: it computes a batch of k >= 2 rows with other kernels than a
+# single token (measured: up to 0.7 in SmolLM2's logits), but flashdesk's batch-invariant patch
+# keeps the verify band (1..16 rows) and float matmuls off it, and the engine cuts prompts where
+# their rows depend on the decode (engine/chunks.py). For quantized weights above the band it is
+# llama.cpp's fast prompt path: without it a Q8_0 prompt ran at 0.62x stock llama-server, with it
+# 0.91x (bench/prompt_speed.py, native/llama-patches/README.md).
 # Add GPU flags through CMAKE_ARGS as usual, e.g. CMAKE_ARGS="-DGGML_CUDA=on" bash scripts/setup.sh
 # FLASHDESK_PORTABLE=1 builds llama.cpp for other people's computers (GGML_NATIVE=OFF: ggml's
 # AVX2/FMA/F16C baseline instead of this CPU's every instruction, which would crash older
@@ -29,7 +31,7 @@ no_amx=""
 if [ -z "${FLASHDESK_PORTABLE:-}" ] && [ "$(uname -m)" = x86_64 ]; then
   no_amx=" -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'"
 fi
-flags="-DGGML_LLAMAFILE=OFF${FLASHDESK_PORTABLE:+ -DGGML_NATIVE=OFF}${no_amx}${CMAKE_ARGS:+ $CMAKE_ARGS}"
+flags="-DGGML_LLAMAFILE=ON${FLASHDESK_PORTABLE:+ -DGGML_NATIVE=OFF}${no_amx}${CMAKE_ARGS:+ $CMAKE_ARGS}"
 # Every build, CPU, CUDA or Metal, is built from the source with flashdesk's patches
 # (native/llama-patches/README.md: verify rows computed like single tokens, on the CPU too), its
 # wheelhouse named by the patch set as well as the flags.

@@ -81,7 +81,7 @@ def system_info() -> str:
 
 def uses_llamafile() -> bool:
     """llamafile's sgemm computes batches of 2+ rows with other kernels than single tokens, which
-    breaks lossless speculation (scripts/setup.sh builds without it)."""
+    breaks lossless speculation where no band keeps verify rows off it (flashdesk's patch does)."""
     return "LLAMAFILE = 1" in system_info()
 
 
@@ -109,16 +109,17 @@ LLAMAFILE, BANDED, SWITCHED_OFF, STOCK = "llamafile", "banded", "switched_off", 
 
 
 def exactness_case() -> tuple[str, int | None]:
-    """The one case analysis of this build, with the band where it has one: llamafile's sgemm (never
-    exact), flashdesk's patch with its band of rows, the patch switched off at run time, or a stock
-    build (the last two are measured). The load-time judge (engine/speculative/exactness.py) and the
-    doctor's promise before any model loads (engine/hardware.py) both read it."""
-    if uses_llamafile():
-        return LLAMAFILE, None
+    """The one case analysis of this build, with the band where it has one: flashdesk's patch with
+    its band of rows (which it keeps off llamafile's sgemm), the patch switched off at run time
+    (measured), llamafile's sgemm without the patch (never exact), or a stock build (measured). The
+    load-time judge (engine/speculative/exactness.py) and the doctor's promise before any model
+    loads (engine/hardware.py) both read it."""
     band = row_band()
     if band is not None:
         return BANDED, band
-    return (SWITCHED_OFF if batch_invariant() == "off" else STOCK), None
+    if batch_invariant() == "off":
+        return SWITCHED_OFF, None
+    return (LLAMAFILE if uses_llamafile() else STOCK), None
 
 
 def build_id() -> str:

@@ -9,7 +9,8 @@ starts, and speculation turns on by itself only where the measurement says yes:
   one matmul path whatever their width, for every weight type (stock ggml-cpu switches to the
   repacked GEMM at 4 rows and the tiled K-quant kernel at 8, so a Q4_K_M model's rows differ). The
   measurement covers the widths where stock paths switch, and decodes keep to the band;
-- a build with llamafile's sgemm is not exact (k >= 2 rows take other kernels);
+- a build with llamafile's sgemm and no band is not exact (k >= 2 rows take other kernels); the
+  patch keeps its band off llamafile, which then serves only prompt chunks above it;
 - a stock CUDA or Metal build is not (on an H200, SmolLM2's 1- and 2-row logits differed by up
   to 8.0, with argmax flips): llama.cpp picks kernels by batch width;
 - a GPU build with flashdesk's patch (native/llama-patches) promises a band: batches of up to

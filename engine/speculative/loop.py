@@ -10,7 +10,7 @@ target did not commit is rolled back from its KV cache in `finally`, so an error
 leaves every sequence exactly at its committed frontier. Drafters see each committed row
 right after the decode (DFlash injects its features).
 
-Where prompt rows depend on the decode they are in (engine/chunks.py) and on a build whose
+Where prompt rows depend on the decode they are in (engine/chunks.py), and on a build whose
 rows are exact only in decodes of at most `max_rows` rows (a GPU build with flashdesk's patch,
 exactness.py), a step holds either one prompt chunk alone, cut as if its request were the only
 one, or generating slots' plain and verify rows (`max_rows` at most in all); the two kinds of

@@ -23,11 +23,11 @@ ENTITLEMENTS="$ROOT/installers/macos/entitlements.plist"
 setup() {
   # Not scripts/setup.sh: it names its wheelhouse with sha256sum, which macOS lacks (shasum here).
   # GGML_METAL_EMBED_LIBRARY: the Metal shader library is compiled into libggml-metal, so no loose
-  # .metallib file has to be found at run time or shipped. GGML_LLAMAFILE=OFF: flashdesk's
-  # lossless speculative decoding needs it. GGML_NATIVE=OFF: not tuned to the build machine's CPU.
+  # .metallib file has to be found at run time or shipped. GGML_LLAMAFILE=ON: the fast
+  # prompt path above the verify band, which the patch keeps off it. GGML_NATIVE=OFF: not tuned to the build machine's CPU.
   # GGML_BATCH_INVARIANT: flashdesk's patches (native/llama-patches), so that Metal verify rows
   # compute like single tokens; built from the patched source, the patch set in the wheelhouse name.
-  local flags="-DGGML_METAL=on -DGGML_METAL_EMBED_LIBRARY=on -DGGML_LLAMAFILE=OFF -DGGML_NATIVE=OFF -DGGML_BATCH_INVARIANT=ON"
+  local flags="-DGGML_METAL=on -DGGML_METAL_EMBED_LIBRARY=on -DGGML_LLAMAFILE=ON -DGGML_NATIVE=OFF -DGGML_BATCH_INVARIANT=ON"
   local key house
   key="$flags patches=$("$PYTHON" scripts/llama_source.py digest)"
   house="${FLASHDESK_WHEELHOUSE:-$HOME/.cache/flashdesk-wheels}/$(printf '%s' "$key" | shasum -a 256 | cut -c1-12)"

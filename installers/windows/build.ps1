@@ -62,14 +62,14 @@ function Build-LlamaWheel([string]$Name, [string]$Flags) {
 function Step-Setup {
     if (-not (Test-Path $Py)) { Invoke-Native py -3.11 -m venv .venv }
     Invoke-Native $Py -m pip install --disable-pip-version-check -q --upgrade pip
-    # GGML_LLAMAFILE=OFF: flashdesk's lossless speculative decoding needs it (scripts/setup.sh).
+    # GGML_LLAMAFILE=ON: the fast prompt path above the verify band, which the patch keeps off it (scripts/setup.sh).
     # GGML_NATIVE=OFF: a build for other people's machines must not be tuned to the build machine's
     # CPU (-march=native: "illegal instruction" elsewhere) nor, with CUDA, to its GPU ("native"
     # CUDA architectures: fails on a runner without a GPU). With NATIVE off ggml targets an AVX2
     # baseline and its default list of CUDA architectures (override: FLASHDESK_CUDA_ARCHS).
     # GGML_BATCH_INVARIANT (native\llama-patches): verify rows computed like single tokens, on the
     # processor and on the graphics card, so that speculative decoding stays lossless on both.
-    $cpuFlags = "-DGGML_LLAMAFILE=OFF -DGGML_NATIVE=OFF -DGGML_BATCH_INVARIANT=ON"
+    $cpuFlags = "-DGGML_LLAMAFILE=ON -DGGML_NATIVE=OFF -DGGML_BATCH_INVARIANT=ON"
     $cudaFlags = "-DGGML_CUDA=on $cpuFlags"
     if ($env:FLASHDESK_CUDA_ARCHS) { $cudaFlags += " -DCMAKE_CUDA_ARCHITECTURES=$($env:FLASHDESK_CUDA_ARCHS)" }
     if (-not $env:CUDA_PATH) { throw "CUDA_PATH is not set: install the CUDA toolkit (nvcc, cudart, cublas) first" }

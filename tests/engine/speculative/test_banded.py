@@ -101,3 +101,13 @@ def test_the_build_feature_is_read(monkeypatch):
     assert ggml.batch_invariant() == "8" and ggml.row_band() == 8
     banded_build(monkeypatch, "off")
     assert ggml.batch_invariant() == "off" and ggml.row_band() is None
+
+
+def test_the_band_is_kept_off_llamafile(monkeypatch):
+    """The patch keeps its band off llamafile's sgemm, which then serves only prompt chunks above it."""
+    for info, case in (("CPU : LLAMAFILE = 1 | BATCH_INVARIANT = 16 | ", (ggml.BANDED, 16)),
+                       ("CPU : LLAMAFILE = 1 | BATCH_INVARIANT = off | ", (ggml.SWITCHED_OFF, None)),
+                       ("CPU : LLAMAFILE = 1 | ", (ggml.LLAMAFILE, None)),
+                       ("CPU : AVX2 = 1 | ", (ggml.STOCK, None))):
+        monkeypatch.setattr(ggml, "system_info", lambda info=info: info)
+        assert ggml.exactness_case() == case, info
