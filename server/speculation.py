@@ -7,7 +7,9 @@ choices from `names()` in /health instead of keeping its own list. Once a model 
 the engine's facts join them: the drafters it has (and the DFlash draft's kind), its default mode, and whether
 speculation is exact on this backend (`exact`, the reason in `exact_why`) and on (`enabled`),
 and on a banded build the most verify rows it stays exact for (`max_rows`; null: any), and what
-it did for recent answers here (`measured`: their count and estimated speed-up; null before one).
+it did for recent answers here (`measured`: their count and estimated speed-up; null before one),
+and how prompts are cut so that answers never depend on the cache (`prompt_chunk`: the chunk size
+where prompts are cut at its multiples, null where anywhere; `prompt_why`).
 With --backend, `published()` adds the backend's own totals over all its traffic
 (`backend_counters`, from its Prometheus /metrics), asked when the route answers.
 

@@ -161,3 +161,5 @@ def test_health(server):
     sp = r["speculation"]
     assert (sp["modes"], sp["selectors"], sp["max_block"]) == (list(MODES), list(SELECTORS), MAX_BLOCK)
     assert sp["default"] == "auto" and sp["exact"] is True and sp["exact_why"] and sp["enabled"] is True
+    # SmolLM2's prompt rows are the same in any decode (engine/chunks.py): reuse to the token
+    assert sp["prompt_chunk"] is None and "measured the same in any decode" in sp["prompt_why"]
