@@ -139,7 +139,7 @@ def test_a_kept_prefix_and_other_requests_never_change_an_answer(kquant_engine):
     assert ref.usage.cached_tokens == 0 and ref.logprobs
     Completion.collect(iter(answer(eng, a)))  # A now holds the slot whose prefix B shares
     again = Completion.collect(iter(answer(eng, b)))
-    assert again.usage.cached_tokens == CHUNK  # whole chunks of A's prompt, not its 61 shared tokens
+    assert again.usage.cached_tokens == CHUNK  # whole chunks of A's prompt, not its 125 shared tokens
     handles = [answer(eng, p) for p in others[:1]] + [answer(eng, b)] + [answer(eng, p) for p in others[1:]]
     beside = [Completion.collect(iter(h)) for h in handles][1]
     for got in (again, beside):
