@@ -141,8 +141,13 @@ def test_cancel_stops_within_a_step_and_keeps_only_committed_kv(engine):
     while engine.stats().active and time.time() < deadline:
         time.sleep(0.01)
     assert engine.stats().active == 0
-    # a sequence's KV holds exactly the prefix its slot keeps for the next request, nothing more
-    assert _seq_cells(engine) == [len(s.cached) - 1 for s in engine._slots]
+    # a sequence's KV holds exactly the prefix its slot keeps for the next request, nothing more;
+    # except that the idle cost measurement may take the last sequence (costs.FillIn, after a slot's
+    # drop), and the cells are read first, so a fill-in that starts or ends meanwhile still matches
+    cells = _seq_cells(engine)
+    fill_seq = engine.ctx.n_seq - 1
+    assert [c for q, (c, s) in enumerate(zip(cells, engine._slots))
+            if c != len(s.cached) - 1 and not (q == fill_seq and not s.cached)] == []
     assert any(len(s.cached) > 5 for s in engine._slots)
 
 
