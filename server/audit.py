@@ -45,7 +45,7 @@ from . import sqlite_file
 from typing import Any, Iterator
 
 APPLICATION_ID = 0x46444B41  # "FDKA" in the SQLite header: tells our file from any other SQLite file
-SCHEMA_VERSION = 2  # PRAGMA user_version; MIGRATIONS[n] takes a log from n-1 to n
+# PRAGMA user_version is the highest key; MIGRATIONS[n] takes a log from n-1 to n
 MIGRATIONS: dict[int, list[str]] = {
     1: [
         """CREATE TABLE records (
@@ -65,8 +65,11 @@ MIGRATIONS: dict[int, list[str]] = {
     2: ["ALTER TABLE records ADD COLUMN review_details TEXT NOT NULL DEFAULT '[]'"],
     # What a parse through a backend could not give (extract.Outcome.unavailable), so a reopened parse says it too.
     3: ["ALTER TABLE records ADD COLUMN unavailable TEXT NOT NULL DEFAULT '{}'"],
+    # Where each copy field's value was copied from (extract.Outcome.sources), so a reopened parse shows it too.
+    4: ["ALTER TABLE records ADD COLUMN sources TEXT NOT NULL DEFAULT '{}'"],
 }
-JSON_FIELDS = ("output", "review_reasons", "review_details", "warnings", "timings", "speculation", "unavailable")
+JSON_FIELDS = ("output", "review_reasons", "review_details", "warnings", "timings", "speculation", "unavailable",
+               "sources")
 BOOL_FIELDS = ("valid", "needs_review")
 # One word per record for the UI's filter, first match wins: a failed call, then an output
 # that broke the schema, then one a person must check, else ok.
@@ -110,6 +113,7 @@ class ParseRecord:
     speculation: dict | None = None
     error: str | None = None
     unavailable: dict = field(default_factory=dict)  # feature -> why, with a backend (workorders/extract.py)
+    sources: dict = field(default_factory=dict)  # copy field -> [[start, end], ...] of input_text (extract.py)
 
 
 class AuditLog:

@@ -114,6 +114,10 @@ class ChatCompletionRequest(_Sampling):
         decides (engine/llama/chat_template.py), and a backend's own template does."""
         return [{"role": m.role, "content": m.text()} for m in self.messages]
 
+    def user_texts(self) -> list[str]:
+        """What the user wrote, message by message: the texts copy fields copy from."""
+        return [m.text() for m in self.messages if m.role == "user"]
+
     def to_engine(self, prompt: str, grammar: str | None = None) -> GenerationRequest:
         return GenerationRequest(prompt, self.limit(), self.sampling(), self.stop, self.spec(), grammar=grammar,
                               response_format=self.response_format if grammar else None)

@@ -14,6 +14,7 @@ import json
 from urllib.parse import urlsplit
 
 from engine import ChatPrompt, EngineError, GenerationRequest, InvalidRequest
+from engine.grammar import copy
 from engine.sampling import SamplingParams
 
 CONNECT_TIMEOUT_S = 5.0  # a backend on the LAN answers a connect at once; longer means it is down
@@ -78,6 +79,12 @@ def refuse_unsupported(req: GenerationRequest) -> None:
     if req.grammar and req.response_format is None:  # a grammar of our own making (work orders)
         raise UnsupportedWithBackend("a grammar made here cannot be passed to a backend; only response_format "
                                      "can", param="response_format")
+    fmt = req.response_format if isinstance(req.response_format, dict) else {}
+    schema = fmt.get("json_schema", {}).get("schema") if isinstance(fmt.get("json_schema"), dict) else None
+    if isinstance(schema, dict) and copy.fields(schema):
+        raise UnsupportedWithBackend(f'"{copy.KEYWORD}" fields are enforced by the model here; a backend would '
+                                     "ignore them. HINT: drop the keyword and check the values yourself",
+                                     param="response_format")
     if req.close_within:
         raise UnsupportedWithBackend("closing the JSON within max_tokens needs the model here; a backend "
                                      "cannot do it", param="max_tokens")

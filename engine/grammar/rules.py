@@ -31,7 +31,7 @@ BOUNDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
 # Keywords that apply only to instances of one JSON type (2020-12 and draft-7 names).
 TYPE_KEYWORDS = {
     "string": {"minLength", "maxLength", "pattern", "format", "contentEncoding", "contentMediaType",
-               "contentSchema"},
+               "contentSchema", "x-copy"},  # x-copy: ours (copy.py)
     "number": {*BOUNDS, "multipleOf"},
     "object": {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
                "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "dependencies",

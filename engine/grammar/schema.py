@@ -23,7 +23,7 @@ converter's own format rule when the others take every string of the format. Int
 maximum, exclusiveMinimum, exclusiveMaximum (an exact GBNF range we write, as the converter
 ignores bounds), multipleOf (an integer <= 1000). Numbers ("type": "number"): the same bounds and
 integer multipleOf (number.py); a non-integer multipleOf is refused (jsonschema checks
-it in floating point).
+it in floating point). Strings with "x-copy" (ours): a stretch of the request's text (copy.py).
 Stricter than the schema, so output stays valid: properties in a fixed order (required first);
 only properties the schema names (absent additionalProperties counts as false; true or a schema
 beside properties is dropped); a tuple has exactly its prefixItems; enum/const values appear as
@@ -61,6 +61,7 @@ from urllib.parse import unquote
 import jsonschema
 from jsonschema import validators
 
+from . import copy
 from . import number as numbers
 from . import rules
 from . import splice
@@ -85,7 +86,7 @@ HINT = "HINT: remove it, or check it in your own code after the response"
 # Keywords some branch enforces: elsewhere the message says where they would work.
 SUPPORTED = {"$ref", "oneOf", "anyOf", "type", "const", "enum", "properties", "required", "additionalProperties",
              "items", "prefixItems", "minItems", "maxItems", "pattern", "format", "minLength", "maxLength",
-             "multipleOf", *rules.BOUNDS}
+             "multipleOf", copy.KEYWORD, *rules.BOUNDS}
 # The converter's string character, and the same without raw control characters and \\u surrogates.
 _CHAR = "char ::= " + llama_grammar.PRIMITIVE_RULES["char"].content
 _CHAR_FIXED = (r'char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CefEF] [0-9a-fA-F] | [dD] [0-7]) '
@@ -97,7 +98,18 @@ class Constraint:
     kind: str  # "json_object" | "json_schema"
     name: str | None
     schema: dict | None
-    grammar: str  # GBNF, root rule "root"
+    grammar: str  # GBNF, root rule "root"; with copy fields, without the rule each request defines
+    copy_rule: str | None = None  # the rule name of the request's copies (x-copy: copy.py), if any
+
+    def grammar_for(self, sources: list[str]) -> str:
+        """The whole grammar for one request whose copy fields copy from `sources`; InvalidRequest
+        when the schema has copy fields and the sources hold nothing to copy."""
+        if self.copy_rule is None:
+            return self.grammar
+        try:
+            return self.grammar + "\n".join(copy.rules(sources, self.copy_rule)) + "\n"
+        except ValueError as e:
+            raise InvalidRequest(f'the schema has "{copy.KEYWORD}" fields, and {e}', param="messages") from None
 
     def validate(self, text: str) -> list[str]:
         """Problems with a finished response; [] when it is valid."""
@@ -153,7 +165,7 @@ def compile_response_format(response_format: dict | None) -> Constraint | None:
         cls.check_schema(schema)
     except jsonschema.SchemaError as e:
         raise _bad(f"invalid JSON Schema {_at(_pointer(e.absolute_path))}: {e.message}") from None
-    return Constraint("json_schema", name, schema, _to_grammar(schema))
+    return Constraint("json_schema", name, schema, *_to_grammar(schema))
 
 
 @dataclass
@@ -162,9 +174,11 @@ class _Walk:
     refs: list = field(default_factory=list)  # (normalised node holding "$ref", its pointer)
     own: list = field(default_factory=list)  # (normalised node, writer): rules of ours (splice.py)
     names: set = field(default_factory=set)  # every property name: $ref rule names must differ
+    copy_rule: str | None = None  # the request's copies, once the converter's rule names are known
 
 
-def _to_grammar(schema: dict) -> str:
+def _to_grammar(schema: dict) -> tuple[str, str | None]:
+    """(the grammar, the copy rule it leaves for each request to define, None without copy fields)."""
     walk = _Walk()
     root = _walk(schema, "", walk, 0)
     prefix = "ref"  # rules for $ref targets; no property rule may start with it
@@ -188,11 +202,16 @@ def _to_grammar(schema: dict) -> str:
         text = llama_grammar.json_schema_to_gbnf(json.dumps({**root, "$defs": defs}))
     except (AssertionError, KeyError, ValueError, TypeError, RecursionError) as e:
         raise _bad(f"llama.cpp's JSON Schema converter failed: {e}; HINT: simplify the schema") from None
+    walk.copy_rule = copy.free_name(text)
     try:
         text = splice.splice(text, [writer for _, writer in walk.own])
     except ValueError as e:
         raise _bad(f"{e} (a bug); HINT: drop the bounds, pattern or format for now") from None
-    return _checked("\n".join(_CHAR_FIXED if line == _CHAR else line for line in text.split("\n")))
+    text = "\n".join(_CHAR_FIXED if line == _CHAR else line for line in text.split("\n"))
+    if f" {walk.copy_rule} " not in text:
+        return _checked(text), None
+    _checked(text + "\n".join(copy.rules(["a stand-in"], walk.copy_rule)) + "\n")  # every request's shape
+    return text, walk.copy_rule
 
 
 def _walk(node, ptr: str, walk: _Walk, depth: int) -> dict:
@@ -301,6 +320,12 @@ def _node(body: dict, ptr: str, walk: _Walk, depth: int) -> dict:
             raise _unsupported(e.args[0], ptr, f" {where}: {e.args[1]}") from None
     elif kind == "string":
         _bounds(out, "minLength", "maxLength", MAX_LENGTH, ptr)
+    elif kind == "copy":
+        try:
+            spec = copy.Copy.read(body[copy.KEYWORD])
+        except ValueError as e:
+            raise _bad(f'"{copy.KEYWORD}" {_at(ptr)} {e}') from None
+        walk.own.append((out, lambda name: (spec.expression(walk.copy_rule), [])))
     return out
 
 
@@ -321,6 +346,8 @@ def _branch(s: dict) -> tuple[str, set[str], str]:
         return "object", {"type", "properties", "required", "additionalProperties"}, "in an object schema"
     if t in (None, "array") and ("items" in s or "prefixItems" in s):
         return "array", {"type", "items", "prefixItems", "minItems", "maxItems"}, "in an array schema"
+    if t in (None, "string") and copy.KEYWORD in s:  # a copy is bounded by its text: nothing else applies
+        return "copy", {"type", copy.KEYWORD}, f'next to "{copy.KEYWORD}"'
     if t in (None, "string") and strings.needs_language(s):
         where = 'next to "pattern"' if "pattern" in s else 'next to "format"'
         return "language", {"type", *strings.KEYWORDS}, where

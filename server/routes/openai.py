@@ -49,7 +49,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     with _runtime(request).admit(body.model) as served:
         engine = served.engine
         prompt = engine.render_chat(body.chat_messages())
-        req = body.to_engine(prompt, constraint.grammar if constraint else None)
+        # x-copy fields copy from what the user wrote (engine/grammar/copy.py)
+        grammar = constraint.grammar_for(body.user_texts()) if constraint else None
+        req = body.to_engine(prompt, grammar)
         events = await submit(engine, req)
     cid, model = fmt.new_id("chatcmpl"), served.model.name
     if not body.stream:

@@ -124,14 +124,15 @@ async def parse(body: ParseRequest, request: Request):
                      sent_date=sent.isoformat(), language=body.language)
         events = await _kept_if_failed(audit, about, warnings, submit(engine, req))
     done = await _kept_if_failed(audit, about, warnings, collect(request, req, events))
-    out = extract.assess(engine, template, done, read, sent, cut)
+    out = extract.assess(engine, template, done, read, sent, cut, shown=body.text)
     usage = fmt.usage(done.usage)
     record = ParseRecord(**about, output=out.result, valid=out.valid,
                          finish_reason=done.finish_reason, needs_review=out.review.needs_review,
                          review_reasons=out.review.reasons, review_details=out.review.details,
                          warnings=warnings + out.review.warnings,
                          timings=usage["timings"], speculation=usage.get("speculation"),
-                         error=None if out.valid else "; ".join(out.errors), unavailable=out.unavailable)
+                         error=None if out.valid else "; ".join(out.errors), unavailable=out.unavailable,
+                         sources=out.sources)
     record_id = await run_in_threadpool(audit.record, record)
     return {
         "id": record_id, "object": "workorder.parse", "created": int(time.time()), "model": served.model.name,
@@ -139,6 +140,7 @@ async def parse(body: ParseRequest, request: Request):
         "errors": out.errors, "needs_review": out.review.needs_review, "review_reasons": out.review.reasons,
         "review_details": out.review.details,
         "warnings": record.warnings, "field_confidence": {k: round(v, 3) for k, v in out.confidence.items()},
+        "sources": out.sources,  # x-copy fields: [[start, end], ...] of the text as sent, where each came from
         "finish_reason": fmt.finish(done.finish_reason), "usage": usage,
         "unavailable": out.unavailable,  # with a backend: what needs the model here (extract.py), and why
         "stripped": stripped,  # what the model did not read: quoted history, and the end of a too-long message

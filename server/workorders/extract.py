@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 
 from engine import (ChatPrompt, Completion, ContextLengthExceeded, Engine, GenerationRequest, InvalidRequest,
                     SamplingParams)
+from engine.grammar import copy
 from engine.speculative.params import SpecParams
 
 from ..openai_format import structured
 from . import dates, prompt
 from .review import Review, review, without_repeats
-from .spans import field_confidence
+from .spans import copied_from, field_confidence
 from .templates import Template
 
 # What a parse through a backend cannot give (server/remote.py), by the name the response lists it under
@@ -63,6 +64,7 @@ class Outcome:
     review: Review
     confidence: dict[str, float] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)  # feature -> why (with a backend)
+    sources: dict[str, list[list[int]]] = field(default_factory=dict)  # copy field -> spans of the message
 
 
 def request_for(engine: Engine, template: Template, text: str, sent: dt.date, language: str | None = None,
@@ -70,7 +72,8 @@ def request_for(engine: Engine, template: Template, text: str, sent: dt.date, la
     """Greedy, grammar-constrained, with token log-probabilities; raises ContextLengthExceeded."""
     rendered = engine.render_chat(prompt.messages(template, text, sent, language), TEMPLATE_VARIABLES)
     if isinstance(rendered, ChatPrompt):  # a backend: it sizes the answer to its own context
-        fmt = {"type": "json_schema", "json_schema": {"name": template.name, "schema": template.schema}}
+        # copy fields are checked after the fact there (review.py: not_in_message), not enforced
+        fmt = {"type": "json_schema", "json_schema": {"name": template.name, "schema": copy.without(template.schema)}}
         return GenerationRequest(rendered, max_tokens, SamplingParams(temperature=0), [], spec, logprobs=True,
                               response_format=fmt)
     ids = engine.tokenize_prompt(rendered)
@@ -88,7 +91,7 @@ def request_for(engine: Engine, template: Template, text: str, sent: dt.date, la
             "tokens of answer. HINT: send a shorter message (one order per request), or start the server with a "
             "larger --ctx", param="text")
     return GenerationRequest(ids, max_tokens, SamplingParams(temperature=0), [], spec,
-                             grammar=template.constraint.grammar, logprobs=True, close_within=reserve)
+                             grammar=template.constraint.grammar_for([text]), logprobs=True, close_within=reserve)
 
 
 @dataclass
@@ -190,8 +193,9 @@ def _resolve_date(template: Template, result: dict, text: str, sent: dt.date, no
 
 
 def assess(engine: Engine, template: Template, done: Completion, text: str, sent: dt.date,
-           cut: Cut | None = None) -> Outcome:
-    """`text` is what the model read (fit_request's), so the checks look where the model looked."""
+           cut: Cut | None = None, shown: str | None = None) -> Outcome:
+    """`text` is what the model read (fit_request's), so the checks look where the model looked;
+    copy fields' sources are character spans of `shown` (the message as sent; default `text`)."""
     errors = structured(template.constraint, done.text, done.finish_reason)["errors"]
     result = json.loads(done.text) if not errors else None
     confidence, repeats, unavailable = {}, 0, {}
@@ -225,4 +229,5 @@ def assess(engine: Engine, template: Template, done: Completion, text: str, sent
     if done.usage.closed_early and result is not None:
         verdict.flag("closed_early", "the answer ran long and was closed early to end within max_tokens: "
                      "values after that point are empty")
-    return Outcome(result, not errors, errors, verdict, confidence, unavailable)
+    sources = copied_from(result, copy.fields(template.schema), text if shown is None else shown)
+    return Outcome(result, not errors, errors, verdict, confidence, unavailable, sources)

@@ -1,7 +1,9 @@
-"""Where each value of a JSON text lies: (start, end, path) per string, number, true, false and null.
+"""Where each value of a JSON text lies: (start, end, path) per string, number, true, false and null;
+and where in the message each copy field's value was copied from.
 
-Used to tie the model's per-token confidence to fields ("items[0].quantity"). Not a general
-JSON parser: it reads text that json.loads already accepted (the grammar wrote it).
+Used to tie the model's per-token confidence to fields ("items[0].quantity"), and to show a
+person the words a value came from. Not a general JSON parser: it reads text that json.loads
+already accepted (the grammar wrote it).
 """
 
 from __future__ import annotations
@@ -69,4 +71,30 @@ def field_confidence(text: str, pieces: list[bytes], logprobs: list[float]) -> d
         ps = [math.exp(lp) for s, p, lp in zip(starts, pieces, logprobs) if s < bb and s + len(p) > ba]
         if ps:
             out[path] = min(ps)
+    return out
+
+
+def copy_values(result, fields: dict, path: str = "", pattern: str = ""):
+    """(path, copy spec, value) of each copy field's string in `result`; path as value_spans names
+    it ("items[0].color"), `fields` engine.grammar.copy.fields of the schema ("items[].color")."""
+    if isinstance(result, dict):
+        for key, sub in result.items():
+            yield from copy_values(sub, fields, f"{path}.{key}" if path else key,
+                                   f"{pattern}.{key}" if pattern else key)
+    elif isinstance(result, list):
+        for i, sub in enumerate(result):
+            yield from copy_values(sub, fields, f"{path}[{i}]", f"{pattern}[]")
+    elif isinstance(result, str) and pattern in fields:
+        yield path, fields[pattern], result
+
+
+def copied_from(result, fields: dict, text: str) -> dict[str, list[list[int]]]:
+    """path -> the [start, end) character spans of `text` that a copy field's value was copied
+    from: each part's first occurrence (a separator's parts one by one). A part not in `text` has
+    no span (a backend does not enforce copies; review.py marks such values)."""
+    out: dict[str, list[list[int]]] = {}
+    for path, spec, value in copy_values(result, fields):
+        spans = [[at, at + len(part)] for part in spec.parts(value) if part and (at := text.find(part)) >= 0]
+        if spans:
+            out[path] = spans
     return out

@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import EngineError, InvalidRequest
+from engine.grammar import copy
 from engine.grammar.schema import Constraint, compile_response_format
+
+from .spans import copy_values
 
 BUILTIN = Path(__file__).parent / "builtin"
 NAME_RE = re.compile(r"[a-z0-9_][a-z0-9_-]{0,63}")
@@ -113,7 +116,12 @@ def _example_problems(ex, constraint: Constraint) -> str:
     except (TypeError, ValueError):
         return f"sent_date {ex['sent_date']!r} is not YYYY-MM-DD"
     errors = constraint.validate(json.dumps(ex["output"]))
-    return f"output does not match the schema: {errors[0]}" if errors else ""
+    if errors:
+        return f"output does not match the schema: {errors[0]}"
+    for path, spec, value in copy_values(ex["output"], copy.fields(constraint.schema)):
+        if any(part not in ex["text"] for part in spec.parts(value)):  # the model learns to copy from them
+            return f"output's {path} {value!r} is an {copy.KEYWORD} field, and it is not copied from the text"
+    return ""
 
 
 def _compile(t: Template, param: str) -> Constraint:

@@ -248,4 +248,7 @@ def test_a_version_1_log_gains_review_details(tmp_path):
         assert log.get("wo_old")["unavailable"] == {}  # version 3: nothing was unavailable to a local parse
         rid = log.record(entry("remote", unavailable={"field_confidence": "no logprobs"}))
         assert log.get(rid)["unavailable"] == {"field_confidence": "no logprobs"}
-        assert log._db.execute("PRAGMA user_version").fetchone()[0] == max(audit.MIGRATIONS) == 3
+        assert log.get("wo_old")["sources"] == {}  # version 4: no copy fields before
+        rid = log.record(entry("copied", sources={"customer_name": [[5, 16]]}))
+        assert log.get(rid)["sources"] == {"customer_name": [[5, 16]]}
+        assert log._db.execute("PRAGMA user_version").fetchone()[0] == max(audit.MIGRATIONS) == 4

@@ -108,3 +108,29 @@ def test_same_answer_whichever_way_it_speculates(client, server):
         assert r.status_code == 200, r.text
         answers.add(r.json()["choices"][0]["message"]["content"])
     assert len(answers) == 1
+
+
+COPY_FORMAT = {"type": "json_schema", "json_schema": {"name": "order", "schema": {
+    "type": "object", "properties": {"customer": {"type": "string", "x-copy": True},
+                                     "colour": {"type": ["string", "null"], "x-copy": True}},
+    "required": ["customer", "colour"], "additionalProperties": False}}}
+
+
+def test_copy_fields_are_copied_from_what_the_user_wrote(client):
+    """x-copy (engine/grammar/copy.py): the values are stretches of the user's message, whatever
+    the model would rather write; the system prompt is no source."""
+    messages = [{"role": "system", "content": "Extract the order as JSON. The customer is ACME Corporation."},
+                MSG[1]]
+    r = client.chat.completions.create(model="smollm2", messages=messages, temperature=0, max_tokens=80,
+                                       response_format=COPY_FORMAT)
+    data = json.loads(r.choices[0].message.content)
+    assert data["customer"] and data["customer"] in MSG[1]["content"], data
+    assert data["colour"] is None or data["colour"] in MSG[1]["content"], data
+    assert r.choices[0].model_extra["structured_output"] == {"valid": True, "errors": []}
+
+
+def test_copy_fields_with_nothing_to_copy_are_a_clear_400(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "   "}],
+                                       max_tokens=40, response_format=COPY_FORMAT)
+    assert "nothing to copy" in str(e.value) and "x-copy" in str(e.value)

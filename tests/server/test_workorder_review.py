@@ -158,6 +158,24 @@ def test_examples_must_match_the_schema_and_become_turns(tmp_path):
             load_file(tmp_path / "ex.json", "user")
 
 
+def test_an_example_copies_what_its_copy_fields_hold(tmp_path):
+    """A template's worked example teaches the model to copy: its x-copy values must be in its text."""
+    schema = {"type": "object", "properties": {"who": {"type": ["string", "null"], "x-copy": True},
+                                               "tel": {"type": ["string", "null"], "x-copy": {"separator": "; "}}}}
+    text = "Lin here, 0912-345-678 or 02-1234"
+    cases = [({"who": "Lin", "tel": "0912-345-678; 02-1234"}, True), ({"who": None, "tel": None}, True),
+             ({"who": "Mr Lin", "tel": None}, False), ({"who": "Lin", "tel": "0912-345-678, 02-1234"}, False)]
+    for output, ok in cases:
+        example = {"text": text, "sent_date": "2026-01-02", "output": output}
+        body = {"name": "ex", "schema": schema, "examples": [example]}
+        (tmp_path / "ex.json").write_text(json.dumps(body))
+        if ok:
+            load_file(tmp_path / "ex.json", "user")
+        else:
+            with pytest.raises(ValueError, match="x-copy field, and it is not copied"):
+                load_file(tmp_path / "ex.json", "user")
+
+
 def _assess(message: str, answer: dict, reason: str = "stop"):
     from engine import Completion, Usage
     from engine.api import LOCAL
