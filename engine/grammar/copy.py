@@ -5,7 +5,9 @@ validators ignore ones they do not know). On a `"type": "string"` node, `true` m
 `{"separator": "; "}` means one or more copies joined by that separator (phone numbers and emails
 that stand apart in the message). A copy is a non-empty substring of one of the source texts
 (the work-order message; a chat's user messages) that neither starts nor ends with whitespace.
-Characters are copied as written: no case change, no spelling fixed, nothing translated.
+Characters are copied as written: no case change, no spelling fixed, nothing translated. On an
+`"integer"` node, `true` means a number the text writes in digits ("2,000" is 2000; "0912" is
+912), within the node's bounds; a number written in words ("a dozen") is not one.
 
 The substrings of a text are a regular language. Its suffix automaton recognizes every substring
 with at most 2n - 1 states for n characters, and it is deterministic, so llama.cpp's grammar keeps
@@ -26,12 +28,22 @@ Mohri, Moreno, Weinstein 2009, "General suffix automaton construction algorithm 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from . import automaton
 
 KEYWORD = "x-copy"
 SPACE = frozenset(" \t\n\r\f\v\u00a0\u3000")  # no copy starts or ends with these
+_DIGITS = re.compile(r"\d+(?:[,，]\d{3})*(?!\d)")  # ASCII or not: int() reads any decimal digit
+NOTHING = "[^\\u0000-\\U0010FFFF]"  # a GBNF class no character is in: a rule of no number
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule each request defines: the string copies (numbers None), or the numbers in lo..hi."""
+    name: str
+    numbers: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +157,30 @@ def _trimmed(nxt: list[dict[str, int]], accept: set[int]) -> automaton.DFA | Non
                 by.setdefault(number[t], []).append((ord(c), ord(c)))
         trans.append(tuple((automaton.charset(pairs), t) for t, pairs in sorted(by.items())))
     return automaton.DFA(tuple(trans), frozenset(number[s] for s in live if s in accept))
+
+
+def define(wanted, sources: list[str]) -> list[str]:
+    """GBNF lines for every copy.Rule in `wanted`; ValueError when there is no string to copy."""
+    lines = []
+    for r in wanted:
+        if r.numbers is None:
+            lines += rules(sources, r.name)
+        else:
+            lo, hi = r.numbers
+            found = sorted(n for n in numbers(sources) if lo <= n <= hi)
+            lines.append(f"{r.name} ::= " + (" | ".join(f'"{n}"' for n in found) if found else NOTHING))
+    return lines
+
+
+def numbers(sources: list[str]) -> set[int]:
+    """The integers `sources` write in digits, thousands separators read as such."""
+    return {int(m[0].replace(",", "").replace("，", "")) for text in sources for m in _DIGITS.finditer(text)}
+
+
+def written(n: int, text: str) -> tuple[int, int] | None:
+    """Where `text` first writes the integer n in digits (numbers' reading), None if nowhere."""
+    return next(((m.start(), m.end()) for m in _DIGITS.finditer(text)
+                 if int(m[0].replace(",", "").replace("，", "")) == n), None)
 
 
 def rules(sources: list[str], rule: str) -> list[str]:

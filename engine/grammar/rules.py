@@ -32,7 +32,7 @@ BOUNDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
 TYPE_KEYWORDS = {
     "string": {"minLength", "maxLength", "pattern", "format", "contentEncoding", "contentMediaType",
                "contentSchema", "x-copy"},  # x-copy: ours (copy.py)
-    "number": {*BOUNDS, "multipleOf"},
+    "number": {*BOUNDS, "multipleOf", "x-copy"},  # x-copy: on integers only (copy.py)
     "object": {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
                "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "dependencies",
                "unevaluatedProperties"},

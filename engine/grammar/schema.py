@@ -99,15 +99,15 @@ class Constraint:
     name: str | None
     schema: dict | None
     grammar: str  # GBNF, root rule "root"; with copy fields, without the rule each request defines
-    copy_rule: str | None = None  # the rule name of the request's copies (x-copy: copy.py), if any
+    copy_rules: tuple = ()  # copy.Rule: what each request defines (x-copy fields), if any
 
     def grammar_for(self, sources: list[str]) -> str:
         """The whole grammar for one request whose copy fields copy from `sources`; InvalidRequest
         when the schema has copy fields and the sources hold nothing to copy."""
-        if self.copy_rule is None:
+        if not self.copy_rules:
             return self.grammar
         try:
-            return self.grammar + "\n".join(copy.rules(sources, self.copy_rule)) + "\n"
+            return self.grammar + "\n".join(copy.define(self.copy_rules, sources)) + "\n"
         except ValueError as e:
             raise InvalidRequest(f'the schema has "{copy.KEYWORD}" fields, and {e}', param="messages") from None
 
@@ -174,11 +174,12 @@ class _Walk:
     refs: list = field(default_factory=list)  # (normalised node holding "$ref", its pointer)
     own: list = field(default_factory=list)  # (normalised node, writer): rules of ours (splice.py)
     names: set = field(default_factory=set)  # every property name: $ref rule names must differ
-    copy_rule: str | None = None  # the request's copies, once the converter's rule names are known
+    copy_rule: str | None = None  # the request's string copies, once the converter's rule names are known
+    copy_rules: list = field(default_factory=list)  # copy.Rule: what each request defines
 
 
-def _to_grammar(schema: dict) -> tuple[str, str | None]:
-    """(the grammar, the copy rule it leaves for each request to define, None without copy fields)."""
+def _to_grammar(schema: dict) -> tuple[str, tuple]:
+    """(the grammar, the copy.Rules it leaves for each request to define: none without copy fields)."""
     walk = _Walk()
     root = _walk(schema, "", walk, 0)
     prefix = "ref"  # rules for $ref targets; no property rule may start with it
@@ -208,10 +209,12 @@ def _to_grammar(schema: dict) -> tuple[str, str | None]:
     except ValueError as e:
         raise _bad(f"{e} (a bug); HINT: drop the bounds, pattern or format for now") from None
     text = "\n".join(_CHAR_FIXED if line == _CHAR else line for line in text.split("\n"))
-    if f" {walk.copy_rule} " not in text:
-        return _checked(text), None
-    _checked(text + "\n".join(copy.rules(["a stand-in"], walk.copy_rule)) + "\n")  # every request's shape
-    return text, walk.copy_rule
+    if f" {walk.copy_rule} " in text:
+        walk.copy_rules.insert(0, copy.Rule(walk.copy_rule))
+    if not walk.copy_rules:
+        return _checked(text), ()
+    _checked(text + "\n".join(copy.define(walk.copy_rules, ["a stand-in 1"])) + "\n")  # every request's shape
+    return text, tuple(walk.copy_rules)
 
 
 def _walk(node, ptr: str, walk: _Walk, depth: int) -> dict:
@@ -326,6 +329,14 @@ def _node(body: dict, ptr: str, walk: _Walk, depth: int) -> dict:
         except ValueError as e:
             raise _bad(f'"{copy.KEYWORD}" {_at(ptr)} {e}') from None
         walk.own.append((out, lambda name: (spec.expression(walk.copy_rule), [])))
+    elif kind == "copy-number":
+        if body[copy.KEYWORD] is not True:
+            raise _bad(f'"{copy.KEYWORD}" {_at(ptr)} must be true on an integer (a separator joins strings)')
+        try:
+            lo, hi = rules.integer_range(body)
+        except ValueError as e:
+            raise _bad(f"integer bounds {_at(ptr)}: {e}") from None
+        walk.own.append((out, lambda name: (walk.copy_rules.append(copy.Rule(name, (lo, hi))) or f"{name} space", [])))
     return out
 
 
@@ -348,6 +359,8 @@ def _branch(s: dict) -> tuple[str, set[str], str]:
         return "array", {"type", "items", "prefixItems", "minItems", "maxItems"}, "in an array schema"
     if t in (None, "string") and copy.KEYWORD in s:  # a copy is bounded by its text: nothing else applies
         return "copy", {"type", copy.KEYWORD}, f'next to "{copy.KEYWORD}"'
+    if t == "integer" and copy.KEYWORD in s:  # a number written in the text, within the bounds
+        return "copy-number", {"type", copy.KEYWORD, *rules.BOUNDS}, f'next to "{copy.KEYWORD}"'
     if t in (None, "string") and strings.needs_language(s):
         where = 'next to "pattern"' if "pattern" in s else 'next to "format"'
         return "language", {"type", *strings.KEYWORDS}, where

@@ -12,6 +12,8 @@ import json
 import math
 import re
 
+from engine.grammar import copy
+
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _WS = re.compile(r"[ \t\n\r]*")
 _decoder = json.JSONDecoder()
@@ -84,7 +86,7 @@ def copy_values(result, fields: dict, path: str = "", pattern: str = ""):
     elif isinstance(result, list):
         for i, sub in enumerate(result):
             yield from copy_values(sub, fields, f"{path}[{i}]", f"{pattern}[]")
-    elif isinstance(result, str) and pattern in fields:
+    elif isinstance(result, (str, int)) and not isinstance(result, bool) and pattern in fields:
         yield path, fields[pattern], result
 
 
@@ -94,7 +96,10 @@ def copied_from(result, fields: dict, text: str) -> dict[str, list[list[int]]]:
     no span (a backend does not enforce copies; review.py marks such values)."""
     out: dict[str, list[list[int]]] = {}
     for path, spec, value in copy_values(result, fields):
-        spans = [[at, at + len(part)] for part in spec.parts(value) if part and (at := text.find(part)) >= 0]
+        if isinstance(value, int):
+            spans = [list(at)] if (at := copy.written(value, text)) else []
+        else:
+            spans = [[at, at + len(part)] for part in spec.parts(value) if part and (at := text.find(part)) >= 0]
         if spans:
             out[path] = spans
     return out

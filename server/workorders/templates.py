@@ -119,7 +119,8 @@ def _example_problems(ex, constraint: Constraint) -> str:
     if errors:
         return f"output does not match the schema: {errors[0]}"
     for path, spec, value in copy_values(ex["output"], copy.fields(constraint.schema)):
-        if any(part not in ex["text"] for part in spec.parts(value)):  # the model learns to copy from them
+        if (value not in copy.numbers([ex["text"]]) if isinstance(value, int)
+                else any(part not in ex["text"] for part in spec.parts(value))):  # the model learns to copy them
             return f"output's {path} {value!r} is an {copy.KEYWORD} field, and it is not copied from the text"
     return ""
 

@@ -52,7 +52,7 @@ def test_the_automaton_stays_linear_in_the_text():
 
 def _object(value_schema: dict, message: str = MESSAGE) -> str:
     c = compile_response_format(js({"type": "object", "properties": {"v": value_schema}, "required": ["v"]}))
-    assert c.copy_rule is not None
+    assert c.copy_rules
     return c.grammar_for([message])
 
 
@@ -101,7 +101,9 @@ def test_copies_come_from_any_of_the_texts_but_never_across_two(vocab):
 @pytest.mark.parametrize("node, fragment", [
     ({"type": "string", "x-copy": True, "maxLength": 10}, '"maxLength"'),
     ({"type": "string", "x-copy": True, "pattern": "^a"}, '"pattern"'),
-    ({"type": "integer", "x-copy": True}, '"x-copy"'),
+    ({"type": "number", "x-copy": True}, '"x-copy"'),
+    ({"type": "integer", "x-copy": {"separator": ","}}, "on an integer"),
+    ({"type": "integer", "x-copy": True, "multipleOf": 2}, '"multipleOf"'),
     ({"type": "string", "x-copy": "yes"}, "must be true or"),
     ({"type": "string", "x-copy": {"separator": " "}}, "separator"),
     ({"type": "string", "x-copy": {"separator": '"'}}, "separator"),
@@ -112,6 +114,22 @@ def test_what_a_copy_cannot_be_is_refused_by_name(node, fragment):
     assert fragment in e.message and "/properties/v" in e.message, e.message
 
 
+def test_an_integer_copy_is_a_number_the_text_writes_in_digits(vocab):
+    grammar = _object({"type": ["integer", "null"], "x-copy": True, "minimum": 1, "maximum": 999})
+    for value in (20, 917, 222, 333, None):  # 0917 is 917; 1,000 is above the maximum
+        assert accepts(vocab, grammar, _doc(value)), value
+    for value in (0, 2, 12, 1000, 2000, 21):
+        assert not accepts(vocab, grammar, _doc(value)), value
+    assert accepts(vocab, _object({"type": "integer", "x-copy": True}, "1,000 menus, 2，500 cards"), _doc(2500))
+
+
+def test_an_integer_copy_with_no_number_in_the_text_leaves_null(vocab):
+    grammar = _object({"type": ["integer", "null"], "x-copy": True}, message="no digits here")
+    assert accepts(vocab, grammar, _doc(None)) and not accepts(vocab, grammar, _doc(1))
+    assert copy.numbers(["1,000 menus, 0912-345-678, ８件, 2,5000"]) == {1000, 912, 345, 678, 8, 2, 5000}
+    assert copy.written(1000, "1000 or 1,000") == (0, 4) and copy.written(7, "17") is None
+
+
 def test_nothing_to_copy_is_a_clear_error():
     c = compile_response_format(js({"type": "object", "properties": {"v": {"type": "string", "x-copy": True}}}))
     with pytest.raises(InvalidRequest, match="nothing to copy"):
@@ -120,16 +138,17 @@ def test_nothing_to_copy_is_a_clear_error():
 
 def test_a_schema_without_copies_needs_no_text():
     c = compile_response_format(js({"type": "object", "properties": {"v": {"type": "string"}}}))
-    assert c.copy_rule is None and c.grammar_for([]) == c.grammar
+    assert c.copy_rules == () and c.grammar_for([]) == c.grammar
 
 
 def test_copy_fields_are_found_by_instance_path():
     schema = {"type": "object", "$defs": {"item": {"type": "object", "properties": {
         "color": {"type": ["string", "null"], "x-copy": True}, "n": {"type": "integer"}}}},
-        "properties": {"name": {"x-copy": True, "type": "string"},
+        "properties": {"name": {"x-copy": True, "type": "string"}, "n": {"type": "integer", "x-copy": True},
                        "contact": {"type": "string", "x-copy": {"separator": "; "}},
                        "items": {"type": "array", "items": {"$ref": "#/$defs/item"}}}}
-    assert copy.fields(schema) == {"name": copy.Copy(), "contact": copy.Copy("; "), "items[].color": copy.Copy()}
+    assert copy.fields(schema) == {"name": copy.Copy(), "n": copy.Copy(), "contact": copy.Copy("; "),
+                                   "items[].color": copy.Copy()}
     assert copy.fields(copy.without(schema)) == {}
 
 
