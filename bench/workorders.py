@@ -87,7 +87,10 @@ def main() -> int:
                     out = extract.assess(eng, template, done, case["text"], sent)
                     outputs.append(out.result if out.valid else done.text)
                     runs[m][-1] |= {"valid": out.valid, "needs_review": out.review.needs_review,
-                                    "reasons": out.review.reasons}
+                                    "reasons": out.review.reasons, "sources": out.sources,
+                                    "marks": [{"field": d["field"], "code": d["code"], "flag": flag}
+                                              for flag, ds in ((True, out.review.details),
+                                                               (False, out.review.warnings)) for d in ds]}
             print(f"{case['id']}: {len(ref)} tokens", file=sys.stderr)
     finally:
         eng.close()

@@ -64,7 +64,8 @@ function resolve(root, node) {
   return { ...n, mainType: main, nullable: n.nullable || types.includes("null") || (n.enum || []).includes(null) };
 }
 
-function nodeAt(schema, path) {
+/** The resolved schema node of the value at `path` ("items[0].color"). */
+export function nodeAt(schema, path) {
   let node = resolve(schema, schema);
   for (const p of String(path).matchAll(/([^.[\]]+)(?:\[(\d+)\])?/g)) {
     node = resolve(schema, (node.properties || {})[p[1]]);
@@ -178,7 +179,8 @@ function leaf(node, kind, value, id, name) {
 
 /**
  * buildForm(schema, value) -> {el, read(), leaves(), flag(path, severity, text) -> control|null, onFocus}
- * `leaves()` lists {path, kind, read, control} for every current value (for highlighting).
+ * `leaves()` lists {path, origin, kind, read, control} for every current value (for highlighting);
+ * `origin` is the path the value had in the answer (marks.js finds its copy sources by it).
  */
 export function buildForm(schema, value) {
   const root = resolve(schema, schema);
@@ -206,7 +208,7 @@ export function buildForm(schema, value) {
       : h("div", { class: `wo-field wo-field-${kind}`, dataset: { path } },
         h("label", { for: id }, h("span", { class: "wo-label" }, label), hint, l.control));
     place(path, wrap, l.control);
-    leaves.push({ path, kind, read: l.read, control: l.control, alive: () => true });
+    leaves.push({ path, origin: path, kind, read: l.read, control: l.control, alive: () => true });
     return { el: wrap, read: l.read };
   }
 
@@ -271,7 +273,11 @@ export function buildForm(schema, value) {
       row.tr = h("tr", { dataset: rowPath ? { path: rowPath } : {} }, row.num, cells.map((c) => c.td), h("td", {}, row.remove));
       if (rowPath) place(rowPath, row.tr, cells[0]?.control);
       for (const c of cells) {
-        leaves.push({ get path() { return `${path}[${rows.indexOf(row)}].${c.key}`; }, kind: c.kind, read: c.read, control: c.control, alive: () => row.alive });
+        // path: where the row is now (rows come and go); origin: where it was in the answer (null: added here)
+        leaves.push({
+          get path() { return `${path}[${rows.indexOf(row)}].${c.key}`; }, origin: rowPath && `${rowPath}.${c.key}`,
+          kind: c.kind, read: c.read, control: c.control, alive: () => row.alive,
+        });
       }
       rows.push(row);
       body.append(row.tr);

@@ -10,7 +10,7 @@
 //   flags.js        the server's review sentences in the reader's language
 //   summary.js      those flags on the form's fields and in the summary box
 //   unavailable.js  what a parse through a backend server could not do
-//   marks.js        the original message with the form's values marked
+//   marks.js        the original message with the form's values marked, and copies' exact spans
 //   history.js      the recent-parses card and the CSV export
 //   records.js      a parse as the page holds it, from either API answer
 
@@ -21,7 +21,7 @@ import { acceptFiles } from "./drop.js";
 import { isoDate, messageFileKind, readMessageFile } from "./files.js";
 import { buildForm, inferSchema, tr } from "./form.js";
 import { historyCard } from "./history.js";
-import { paintOriginal, showActive } from "./marks.js";
+import { copiedLegend, paintOriginal, wireMarks } from "./marks.js";
 import { fromAudit, fromParse, statusBadge, templateName } from "./records.js";
 import { showReview } from "./summary.js";
 import { unavailableNote } from "./unavailable.js";
@@ -161,6 +161,7 @@ class WorkOrdersPage {
         h("section", { class: "card wo-original", "aria-labelledby": "wo-original-title" },
           h("h3", { id: "wo-original-title" }, t("workorders.original_title")),
           h("p", { class: "hint" }, h("mark", { class: "wo-mark wo-legend" }, t("workorders.legend_mark")), " ", t("workorders.legend_hint")),
+          this.copiedLegend = copiedLegend(),
           this.originalText),
         h("section", { class: "card wo-fields stack", "aria-labelledby": "wo-fields-title" },
           h("h3", { id: "wo-fields-title" }, t("workorders.fields_title")),
@@ -191,9 +192,7 @@ class WorkOrdersPage {
       clearTimeout(this.repaintTimer);
       this.repaintTimer = setTimeout(() => this.paint(), 200);
     });
-    this.formBox.addEventListener("focusin", (e) => {
-      showActive(this.originalText, this.current?.form?.leaves().find((l) => l.control === e.target));
-    });
+    wireMarks(this.originalText, this.formBox, () => this.current?.form); // fields light marks, marks find fields
   }
 
   // -- helpers --------------------------------------------------------------------------
@@ -354,7 +353,9 @@ class WorkOrdersPage {
   paint() {
     const cur = this.current;
     if (!cur?.record) return;
-    paintOriginal(this.originalText, cur.record.text || "", cur.form ? cur.form.leaves() : [], cur.flagged, cur.schema);
+    const [rec, leaves] = [cur.record, cur.form?.leaves() || []];
+    const copies = paintOriginal(this.originalText, rec.text || "", leaves, cur.flagged, cur.schema, rec.sources);
+    this.copiedLegend.hidden = !copies; // the copies' legend only where there is such a mark
   }
 
   currentJson() {

@@ -15,6 +15,7 @@ export function fromParse(res, text) {
     details: res.review_details || [], warnings: res.warnings || [], error: res.valid ? null : (res.errors || []).join("; ") || null,
     status: !res.valid ? "invalid" : res.needs_review ? "needs_review" : "ok",
     unavailable: res.unavailable || {}, // through a backend: what it could not do (unavailable.js)
+    sources: res.sources || {}, // copy fields: where in `text` each was copied from (marks.js)
   };
 }
 
@@ -25,6 +26,7 @@ export function fromAudit(r) {
     sentDate: r.sent_date, output: r.output, valid: r.valid, needsReview: r.needs_review,
     reasons: r.review_reasons || [], details: r.review_details || [], warnings: r.warnings || [], error: r.error,
     status: r.status, unavailable: r.unavailable || {}, // kept since audit log version 3
+    sources: r.sources || {}, // kept since audit log version 4; {} for older records
   };
 }
 
