@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the whole test suite on this machine, from nothing: the system packages the tests drive
 # (scripts/system-packages.sh test: apt-get, as root or through sudo), then .venv with the test
-# extras, then pytest. Extra arguments go to pytest (e.g. -k stream, -x).
+# extras, then pytest. Extra arguments go to pytest (e.g. -k stream, -x; --fast: the pure-logic
+# tier, tests/tiers.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/system-packages.sh test

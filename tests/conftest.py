@@ -36,7 +36,7 @@ from engine.models.pull import pull  # noqa: E402
 
 # The browser tests' fixtures (ui_server, tab) and the grammar tests' byte vocabulary (vocab): plugins,
 # not a second conftest.py, so that `from conftest import ...` in any test module always means this file.
-pytest_plugins = ["tests.ui.browser", "tests.grammar_vocab"]
+pytest_plugins = ["tests.ui.browser", "tests.grammar_vocab", "tests.tiers"]
 
 
 @pytest.fixture(scope="session")
