@@ -8,7 +8,8 @@
 `server/cli.py` registers these with `add_parsers(sub)`; the work is done by the library
 functions (`gguf_tools.inspect.inspect_gguf`, `gguf_tools.quantize.quantize`), which the UI
 can call too. Exit status 2 for a refused request or a broken file (one line, never a
-traceback), 1 when llama.cpp failed, 130 on Ctrl+C.
+traceback; `inspect` also for a draft that pairing and loading would refuse, after its report),
+1 when llama.cpp failed, 130 on Ctrl+C.
 
 Not the place for GGUF logic: this file parses flags, draws the progress bar and words
 the messages. It never imports the engine: the trial load of a quantized file runs
@@ -134,6 +135,8 @@ def cmd_inspect(a) -> int:
     except OSError as e:
         return _fail(f"cannot read {a.path}: {e.strerror or e}. HINT: check the path.")
     print(json.dumps(r, indent=2) if a.json else format_report(r))
+    if r["draft_refusal"]:  # the report still shows what the file holds; the status says it is unusable
+        return _fail(r["draft_refusal"])
     return 0
 
 

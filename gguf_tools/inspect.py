@@ -6,7 +6,10 @@ tokens, chat template, DFlash draft keys and kind (DFlash 2 with K candidates, p
 v1, or a DSpark draft flashdesk cannot run), and whether this llama.cpp can pair a DFlash
 draft with the model, and whether speculation can roll rejected tokens back on its memory
 (`rollback`, from rollback.py: an expectation; the engine measures it at load).
-`format_report` turns the dict into a short block of text.
+`format_report` turns the dict into a short block of text. A draft is also read as pairing and
+loading read it (`read_checked`): `draft_refusal` is their refusal, word for word, or None.
+No array is shown whole past a bound (a hostile draft's target_layers may hold a million ids):
+the dict keeps a count and the first items, the text shows a count and the first few.
 
 The file is validated by `check_gguf` first (every count, size and offset bounds-checked),
 so a broken file raises GGUFFormatError before anything here trusts it. Nothing is loaded
@@ -21,13 +24,19 @@ import os
 from collections import defaultdict
 
 from .check import GGUFSummary, check_gguf
-from .dflash.format import ARCH as DRAFT_ARCH, CAPTURE_ARCHS, TOKENS_KEY, kind_of, kind_words
+from .dflash.format import ARCH as DRAFT_ARCH, CAPTURE_ARCHS, MAX_LAYERS, TOKENS_KEY, kind_of, kind_words
+from .dflash.read import read_checked
 from .rollback import rollback_plan
 
 N_LARGEST = 5
 # Integer tensors (a draft's d2t map, say) hold indices, not weights: not parameters.
 _INDEX_TYPES = {"I8", "I16", "I32", "I64"}
 _FLOAT_TYPES = {"F32", "F16", "BF16", "F64"}
+# Arrays longer than this stay out of the dict whole; no valid file has one this long among what is
+# shown (per-layer values, a draft's taps), so only a malformed file's arrays are cut.
+MAX_ARRAY = MAX_LAYERS
+N_FIRST = 8  # items of a longer array the dict keeps
+N_SHOWN = 5  # ... and the text shows
 _SPECIAL = {"bos": "bos_token_id", "eos": "eos_token_id", "pad": "padding_token_id", "unk": "unknown_token_id"}
 
 
@@ -46,10 +55,13 @@ def file_type_name(file_type: int | None) -> str | None:
 
 
 def _plain(v):
-    """A metadata value as JSON-ready data (check_gguf gives the items of string arrays as bytes)."""
+    """A metadata value as JSON-ready data (check_gguf gives the items of string arrays as bytes);
+    an array longer than MAX_ARRAY as {"count": n, "first": [its first N_FIRST items]}."""
     if isinstance(v, bytes):
         return v.decode("utf-8", errors="replace")
     if isinstance(v, list):
+        if len(v) > MAX_ARRAY:
+            return {"count": len(v), "first": [_plain(x) for x in v[:N_FIRST]]}
         return [_plain(x) for x in v]
     return v
 
@@ -99,6 +111,8 @@ def inspect_gguf(path: str | os.PathLike) -> dict:
     tokens = meta.get(TOKENS_KEY)
     template = meta.get("tokenizer.chat_template")
     is_draft = arch == DRAFT_ARCH
+    # the file read a second time, by the reader pairing and loading use, so the refusal is theirs
+    refusal = (read_checked(path)[1] or None) if is_draft else None
     if is_draft:
         can_pair, why = False, "this file is itself a DFlash draft; pair it with the target it was made for"
     elif arch in CAPTURE_ARCHS:
@@ -110,13 +124,13 @@ def inspect_gguf(path: str | os.PathLike) -> dict:
         "path": path,
         "file_size": s.file_size,
         "gguf_version": s.version,
-        "architecture": arch,
-        "name": meta.get("general.name"),
-        "size_label": meta.get("general.size_label"),
+        "architecture": _plain(arch),
+        "name": _plain(meta.get("general.name")),
+        "size_label": _plain(meta.get("general.size_label")),
         "parameters": n_params,
         "quantization": quant,
         "quantization_guessed": guessed,
-        "file_type": meta.get("general.file_type"),
+        "file_type": _plain(meta.get("general.file_type")),
         "context_length": hp.get("context_length"),
         "embedding_length": hp.get("embedding_length"),
         "block_count": hp.get("block_count"),
@@ -129,15 +143,17 @@ def inspect_gguf(path: str | os.PathLike) -> dict:
         "chat_template": {"present": isinstance(template, str),
                           "length": len(template) if isinstance(template, str) else 0},
         "tokenizer": {
-            "model": meta.get("tokenizer.ggml.model"),
-            "pre": meta.get("tokenizer.ggml.pre"),
+            "model": _plain(meta.get("tokenizer.ggml.model")),
+            "pre": _plain(meta.get("tokenizer.ggml.pre")),
             "vocab_size": len(tokens) if isinstance(tokens, list) else None,
-            "special_tokens": {short: meta.get(f"tokenizer.ggml.{key}") for short, key in _SPECIAL.items()},
+            "special_tokens": {short: _plain(meta.get(f"tokenizer.ggml.{key}")) for short, key in _SPECIAL.items()},
         },
         "is_dflash_draft": is_draft,
         "dflash": hp if is_draft else None,
         # as llama.cpp tells them apart, from the tensors: "dflash2" | "dflash1" | "dspark"
         "dflash_kind": kind_of(t.name for t in s.tensors) if is_draft else None,
+        # why pairing and loading refuse this draft, in their words; None: they do not (a target may, `fits`)
+        "draft_refusal": refusal,
         "can_pair_dflash_draft": can_pair,
         "dflash_pairing": why,
         # a draft's memory is not rolled back: only a target's is
@@ -153,6 +169,19 @@ def _count(n: int) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}k"
 
 
+def _show(v) -> str:
+    """A value for the text: an array of more than N_SHOWN items as its count and first few."""
+    if isinstance(v, dict) and "count" in v:  # cut by _plain
+        n, items = v["count"], v["first"]
+    elif isinstance(v, list):
+        n, items = len(v), v
+    else:
+        return str(v)
+    if n <= N_SHOWN:
+        return str(items)
+    return f"{n} values: {', '.join(map(str, items[:N_SHOWN]))}, ..."
+
+
 def format_report(r: dict) -> str:
     """The dict of `inspect_gguf` as a short block a person can read."""
     name = os.path.basename(r["path"])
@@ -162,25 +191,26 @@ def format_report(r: dict) -> str:
         lines.append(f"  {label:<14}{text}")
 
     if r["name"]:
-        row("model", r["name"])
+        row("model", _show(r["name"]))
     shape = [f"{_count(r['parameters'])} parameters"]
     if r["block_count"] is not None:
-        shape.append(f"{r['block_count']} layers")
+        shape.append(f"{_show(r['block_count'])} layers")
     if r["embedding_length"] is not None:
-        shape.append(f"{r['embedding_length']} wide")
+        shape.append(f"{_show(r['embedding_length'])} wide")
     if r["head_count"] is not None:
-        kv = f" ({r['head_count_kv']} for keys/values)" if r["head_count_kv"] not in (None, r["head_count"]) else ""
-        shape.append(f"{r['head_count']} heads{kv}")
-    row("architecture", f"{r['architecture']}: " + ", ".join(shape))
+        kv = f" ({_show(r['head_count_kv'])} for keys/values)" \
+            if r["head_count_kv"] not in (None, r["head_count"]) else ""
+        shape.append(f"{_show(r['head_count'])} heads{kv}")
+    row("architecture", f"{_show(r['architecture'])}: " + ", ".join(shape))
     if r["quantization"]:
         row("quantization", r["quantization"] + (" (guessed from the tensors)" if r["quantization_guessed"] else ""))
     if r["context_length"] is not None:
-        row("context", f"{r['context_length']} tokens (trained)")
+        row("context", f"{_show(r['context_length'])} tokens (trained)")
     tok = r["tokenizer"]
     if tok["model"] or tok["vocab_size"]:
-        special = ", ".join(f"{k} {v}" for k, v in tok["special_tokens"].items() if v is not None)
-        pre = f" (pre-tokenizer {tok['pre']})" if tok["pre"] else ""
-        row("tokenizer", f"{tok['model'] or '?'}{pre}, {tok['vocab_size'] or '?'} tokens"
+        special = ", ".join(f"{k} {_show(v)}" for k, v in tok["special_tokens"].items() if v is not None)
+        pre = f" (pre-tokenizer {_show(tok['pre'])})" if tok["pre"] else ""
+        row("tokenizer", f"{_show(tok['model'] or '?')}{pre}, {tok['vocab_size'] or '?'} tokens"
                          + (f"; {special}" if special else ""))
     else:
         row("tokenizer", "none in the file")
@@ -197,11 +227,16 @@ def format_report(r: dict) -> str:
         row("largest" if i == 0 else "", f"{t['name']} {shape} {t['type']} ({_mb(t['bytes'])})")
     if r["is_dflash_draft"]:
         d = r["dflash"]
-        keys = ("block_size", "selector_top_k", "target_layers", "block_count")
-        row("DFlash draft", "yes: " + ", ".join(f"{k} {d[k]}" for k in keys if k in d))
+        keys = ", ".join(f"{k} {_show(d[k])}" for k in ("block_size", "selector_top_k", "target_layers",
+                                                          "block_count") if k in d)
+        if r.get("draft_refusal"):  # a DFlash file, but not one flashdesk will pair or load
+            row("DFlash draft", f"REFUSED: {r['draft_refusal']}")
+            row("draft keys", keys)
+        else:
+            row("DFlash draft", "yes: " + keys)
         block = f", block {d['block_size']} (anchor + {d['block_size'] - 1} drafted)" \
             if isinstance(d.get("block_size"), int) else ""
-        row("draft kind", kind_words(r["dflash_kind"], d.get("selector_top_k") or 0) + block)
+        row("draft kind", kind_words(r["dflash_kind"], _show(d.get("selector_top_k") or 0)) + block)
     else:
         row("DFlash draft", f"can pair: {'yes' if r['can_pair_dflash_draft'] else 'no'}, {r['dflash_pairing']}")
     rb = r.get("rollback")

@@ -10,8 +10,10 @@ Not the drafter that runs a draft (engine/speculative/drafters/) nor the trainer
 from .format import (ARCH, CAPTURE_ARCHS, DFLASH1, DFLASH2, KINDS, DraftConfig, DraftFile, TargetFacts,
                      capture_refusal, default_target_layers, fits, kind_of, kind_words, pick_mask_token, tensor_shapes,
                      vocab_digest)
+from .read import HINT, read_checked
 from .write import random_tensors, write_dflash_draft, write_random_draft
 
-__all__ = ["ARCH", "CAPTURE_ARCHS", "DFLASH1", "DFLASH2", "KINDS", "DraftConfig", "DraftFile", "TargetFacts",
-           "capture_refusal", "default_target_layers", "fits", "kind_of", "kind_words", "pick_mask_token",
-           "random_tensors", "tensor_shapes", "vocab_digest", "write_dflash_draft", "write_random_draft"]
+__all__ = ["ARCH", "CAPTURE_ARCHS", "DFLASH1", "DFLASH2", "HINT", "KINDS", "DraftConfig", "DraftFile",
+           "TargetFacts", "capture_refusal", "default_target_layers", "fits", "kind_of", "kind_words",
+           "pick_mask_token", "random_tensors", "read_checked", "tensor_shapes", "vocab_digest", "write_dflash_draft",
+           "write_random_draft"]

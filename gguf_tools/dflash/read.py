@@ -9,6 +9,9 @@ DFlash 2 selector with parts missing (llama.cpp would report K candidates and gi
 lattice, or refuse the extra tensors), and a plain DFlash (v1) draft with a reduced
 vocabulary (`d2t`), which the v1 drafter does not handle.
 
+`read_checked` words a refusal once, for all who refuse a draft file: the engine's check before
+pairing or loading (engine/speculative/drafters/dflash_fit.py) and `flashdesk inspect`.
+
 What it is not: the key names, the config or its validation (format.py), or a check
 against a target (`format.fits`).
 """
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from ..check import GGUFSummary, check_gguf
+from ..check import GGUFFormatError, GGUFSummary, check_gguf
 from .format import (ARCH, CAUSAL_KEY, DFLASH1, DFLASH2, DSPARK_TENSOR, FLOAT_KEYS, HIDDEN_ACT_KEY, MASK_KEY,
                      OPTIONAL_FLOAT_KEYS, SELECTOR_TENSORS, SLIDING_PATTERN_KEY, SLIDING_WINDOW_KEY, TARGET_LAYERS_KEY,
                      TOKENS_KEY, TOP_K_KEY, UINT_KEYS, DraftConfig, DraftFile, kind_of, uint_keys, vocab_digest)
@@ -27,6 +30,21 @@ _READ_DEFAULTS = {"dflash.attention.head_count_kv": lambda f: f["n_head"],
                   "dflash.attention.key_length": lambda f: (f["n_embd"] or 0) // max(f["n_head"] or 1, 1),
                   "dflash.rope.freq_base": lambda f: 10000.0}
 _REQUIRED = object()
+# ends every refusal of a draft, whoever refuses it (pairing, loading, `flashdesk inspect`)
+HINT = ("HINT: use a draft made for this exact target (`flashdesk convert-draft --target TARGET.gguf` or "
+        "`flashdesk train-draft`), or run without a draft.")
+
+
+def read_checked(path: str | os.PathLike) -> tuple[DraftFile | None, str]:
+    """(the draft, "") or (None, why it is refused): what the file alone says, in the one wording that
+    pairing, loading and `flashdesk inspect` all give. A target can refuse a readable draft too (`fits`).
+    Raises GGUFFormatError or OSError for a broken file: each caller words that for its own context."""
+    try:
+        return read_draft(path), ""
+    except GGUFFormatError:  # a ValueError too, but no draft at all: each caller words it
+        raise
+    except ValueError as e:
+        return None, f"draft {e}. {HINT}"
 
 
 def read_draft(path: str | os.PathLike) -> DraftFile:

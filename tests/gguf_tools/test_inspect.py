@@ -1,6 +1,7 @@
 """inspect_gguf and `flashdesk inspect`: the real model's numbers agree with llama.cpp's, the
 shipped draft shows its DFlash keys and kind (a plain DFlash draft its own), and a broken file
-is one clear line with exit status 2."""
+is one clear line with exit status 2. Every hostile draft (tests/hostile_drafts.py) is refused by
+inspect with the message loading and pairing give, and no array is printed whole."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from gguf import GGUFWriter
+from hostile_drafts import HOSTILE, TAPS, write_hostile
 
 from gguf_tools import GGUFFormatError, check_gguf, format_report, inspect_gguf
 from gguf_tools.dflash import CAPTURE_ARCHS
@@ -147,3 +149,56 @@ def test_cli_json_is_the_dict_and_text_is_readable(report, model_path):
     assert json.loads(out.stdout) == json.loads(json.dumps(report))
     text = flashdesk("inspect", model_path)
     assert text.returncode == 0 and text.stdout.strip() == format_report(report)
+
+
+def test_shipped_draft_passes_inspect():
+    out = flashdesk("inspect", str(DRAFT))
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert "DFlash draft  yes: block_size 8, selector_top_k 16, target_layers [2, 9, 15, 21, 28]" in out.stdout
+    assert "REFUSED" not in out.stdout
+    js = flashdesk("inspect", str(DRAFT), "--json")
+    assert js.returncode == 0 and json.loads(js.stdout)["draft_refusal"] is None
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_inspect_refuses_a_hostile_draft_as_loading_does(name, tmp_path, target_model):
+    """A person checking a download gets the refusal loading and pairing would give (both ask
+    inspect_draft; the drafter is the loading path), word for word, and a non-zero status."""
+    from engine.speculative.drafters.dflash import DFlashDrafter, DraftRefused
+
+    path = write_hostile(DRAFT, tmp_path / f"{name}.gguf", name)
+    with pytest.raises(DraftRefused) as info:
+        DFlashDrafter(str(path), target_model)
+    why = str(info.value)
+    out = flashdesk("inspect", str(path))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == f"error: {why}"
+    assert f"DFlash draft  REFUSED: {why}" in out.stdout and "yes" not in out.stdout.split("DFlash draft")[1]
+    key, value = HOSTILE[name][:2]
+    if key == TAPS:  # the one array the text shows: a count and the first few, whatever its length
+        shown = str(value) if len(value) <= 5 else f"{len(value)} values: {', '.join(map(str, value[:5]))}, ..."
+        assert f"target_layers {shown}," in out.stdout
+    assert len(out.stdout) < 2_000  # the disclosed shape's million ids would be megabytes
+    js = flashdesk("inspect", str(path), "--json")
+    assert js.returncode == 2 and js.stderr.strip() == f"error: {why}"
+    assert json.loads(js.stdout)["draft_refusal"] == why and len(js.stdout) < 20_000
+
+
+def test_a_long_array_of_a_target_is_cut_in_the_dict_and_the_text(tmp_path):
+    """Per-layer values of more layers than llama.cpp allows: a count and the first items, in both."""
+    import numpy as np
+
+    path = tmp_path / "deep.gguf"
+    w = GGUFWriter(str(path), "qwen2")
+    w.add_uint32("qwen2.block_count", 600)
+    w.add_array("qwen2.attention.head_count", list(range(600)))
+    w.add_tensor("blk.0.attn_q.weight", np.zeros((4, 32), dtype=np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = inspect_gguf(path)
+    assert r["head_count"] == {"count": 600, "first": list(range(8))} and r["draft_refusal"] is None
+    assert "600 values: 0, 1, 2, 3, 4, ... heads" in format_report(r)
+    out = flashdesk("inspect", str(path))
+    assert out.returncode == 0 and out.stdout.strip() == format_report(r)

@@ -5,7 +5,8 @@ width) or silently draft for another vocabulary; a draft of a kind flashdesk can
 v1 draft with a reduced vocabulary) is refused by the format's reader. The format knowledge (keys, consistency,
 what must match the target) is gguf_tools' (`gguf_tools/dflash/format.py`): this module
 only states what the engine knows of the target (`TargetFacts`), asks
-`DraftConfig.from_gguf` and `fits`, and turns their problems into one `DraftRefused`.
+`read_checked` (the file's own refusals, worded as `flashdesk inspect` words them) and `fits`,
+and turns their problems into one `DraftRefused`.
 Not the drafter (dflash.py).
 """
 
@@ -14,13 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gguf_tools import GGUFFormatError
-from gguf_tools.dflash import DraftConfig, DraftFile, TargetFacts, capture_refusal, fits, vocab_digest
+from gguf_tools.dflash import HINT, DraftFile, TargetFacts, capture_refusal, fits, read_checked, vocab_digest
 
 from ...errors import ModelLoadError
 from ...llama.model import Model
-
-HINT = ("HINT: use a draft made for this exact target (`flashdesk convert-draft --target TARGET.gguf` or "
-        "`flashdesk train-draft`), or run without a draft.")
 
 
 class DraftRefused(ModelLoadError):
@@ -46,12 +44,12 @@ def inspect_draft(path: str, target: Model) -> DraftInfo:
     why = capture_refusal(target.info.architecture)
     if why:  # before the draft is read: no draft for any target of this architecture can help
         raise DraftRefused(f"{why}. HINT: use prompt lookup or plain decoding for this model.")
-    try:
-        draft = DraftConfig.from_gguf(path)
+    try:  # the file's own refusals, in the words `flashdesk inspect` gives too
+        draft, why = read_checked(path)
     except (GGUFFormatError, OSError) as e:
         raise DraftRefused(f"draft {path} is not a readable GGUF: {e}. {HINT}") from None
-    except ValueError as e:
-        raise DraftRefused(f"draft {e}. {HINT}") from None
+    if draft is None:
+        raise DraftRefused(why)
     problems = fits(draft, target_facts(target))
     if problems:
         raise DraftRefused(f"draft {path} does not fit target {target.path}: {'; '.join(problems)}. {HINT}")
