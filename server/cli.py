@@ -91,11 +91,13 @@ def cmd_catalog(a) -> int:
     store = ModelStore(a.home)
     cat = store.catalog()
     here = hardware.machine()
-    rates = measure.this_computer(store, None, ENGINE_DEFAULTS.n_threads, wait=True) if here.kind == "cpu" else None
-    offers = tiers.offers(cat, here, ENGINE_DEFAULTS.n_ctx * ENGINE_DEFAULTS.n_parallel, rates)
+    got = measure.this_computer(store, None, ENGINE_DEFAULTS.n_threads, wait=True) if here.kind == "cpu" else None
+    offers = tiers.offers(cat, here, ENGINE_DEFAULTS.n_ctx * ENGINE_DEFAULTS.n_parallel, got.rates if got else None)
     best = next((o for o in offers if o.recommended), None)
     if best:
         print(offer_sentence(here, best) + f" Run `flashdesk pull {best.name}`.\n")
+    if got:  # a figure from a busy day would mislead: say when it was taken
+        print(f"Speeds measured on this computer on {time.strftime('%Y-%m-%d %H:%M', time.localtime(got.at))}.\n")
     installed = {m.name for m in store.list()}
     print(f"{'NAME':18} {'DOWNLOAD':>9} {'MEMORY':>8}  {'FITS':4} {'TOK/S':>6} {'DRAFT':8} LICENCES (target / draft)")
     for o in offers:

@@ -220,6 +220,14 @@ class Runtime:
             with self._lock:
                 self._admitting -= 1
 
+    def idle(self) -> bool:
+        """Whether no request is admitted, answered or waiting and no model is loading: then the
+        processor is free for measuring this computer (engine/models/measure.py)."""
+        now = self.served
+        if now.status == "loading" or self._admitting:
+            return False
+        return now.engine is None or not now.engine.stats().busy
+
     def stop(self) -> None:
         """The first step of a shutdown (a signal, any thread; returns at once): a load under way gives
         up, and open answers end with an error event after the step under way. close() follows."""

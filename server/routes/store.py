@@ -170,14 +170,17 @@ def list_models(request: Request):
     installed = {m.name: m for m in store.list()}
     cat = store.catalog()
     here = hardware.machine()
-    # a computer without a graphics card is measured (once, in the background: `measuring` until then)
-    # to say what each model would do here
-    rates = measure.this_computer(store, rt.served.model, settings.threads) if here.kind == "cpu" else None
+    # a computer without a graphics card is measured (in the background while no request runs:
+    # `measuring` until the first figure) to say what each model would do here
+    got = measure.this_computer(store, rt.served.model, settings.threads, idle=rt.idle) if here.kind == "cpu" else None
+    rates = got.rates if got else None
     offers = {o.name: o for o in tiers.offers(cat, here, settings.ctx * settings.parallel, rates)}
     return {"object": "list", "data": [model_json(store, m, rt) for m in installed.values()],
             "catalog": [catalog_json(e, offers[e.name], installed) for e in cat.entries.values()],
             "catalog_problems": [{"file": f, "error": why} for f, why in cat.problems],
-            "hardware": machine_json(here) | {"measuring": rates is None and measure.measuring()},
+            "hardware": machine_json(here) | {"measuring": rates is None and measure.measuring(),
+                                              # when the figure the speeds come from was taken (epoch seconds)
+                                              "speed_measured_at": round(got.at) if got else None},
             "default": DEFAULT_MODEL}
 
 

@@ -103,6 +103,19 @@ def test_list_shows_the_served_model_with_its_draft_and_the_catalog(srv):
     assert body["catalog_problems"] == []
 
 
+def test_the_processor_speeds_come_with_the_date_they_were_measured(srv):
+    """Measured for real, in the background, while the server answers nothing; the date comes with it."""
+    deadline = time.time() + 240
+    while True:
+        hw = (body := get(srv, "/v1/store/models").json())["hardware"]
+        if hw["speed_measured_at"] is not None or not hw["measuring"] or time.time() > deadline:
+            break
+        time.sleep(1)
+    assert hw["speed_measured_at"] is not None, hw
+    assert time.time() - 3600 < hw["speed_measured_at"] <= time.time() + 1 and not hw["measuring"]
+    assert {c["name"]: c for c in body["catalog"]}["smollm2"]["speed"]["tokens_per_s"] > 0
+
+
 def test_system_says_cpu_in_plain_words(srv):
     s = get(srv, "/v1/system").json()
     assert s["backend"] == "cpu" and s["reason"] == "no_gpu_build" and s["gpu_offload"] is False

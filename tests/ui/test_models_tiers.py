@@ -123,6 +123,8 @@ def test_once_the_recommended_model_is_installed_the_chat_page_says_nothing(tab)
 
 
 CPU = {"kind": "cpu", "name": "", "memory_bytes": 16 << 30, "budget_bytes": int((16 << 30) * 0.6)}
+MEASURED_AT = 1795176000  # 20 November 2026, noon UTC: when the processor speeds were measured
+MEASURED_WORDS = {"en-US": "Speeds measured on this computer on", "zh-TW": "速度是在"}
 CPU_SENTENCES = {
     ("en-US", "fast"): "flashdesk found no graphics card it can use on this computer, but its processor can run "
                        "Qwen3.5-4B (Q4_K_M): about 6 words a second here, about 45 seconds per work order. "
@@ -144,7 +146,7 @@ def as_processor(tab, fast: bool) -> None:
     recommended)."""
     def answer(route):
         body = route.fetch().json()
-        body["hardware"] = CPU
+        body["hardware"] = CPU | {"speed_measured_at": MEASURED_AT}
         for c in body["catalog"]:
             c["fits"] = bool(c["cpu"]) and c["memory_bytes"] <= CPU["budget_bytes"]
             c["recommended"] = fast and c["name"] == "qwen3.5-4b"
@@ -173,6 +175,9 @@ def test_a_fast_processor_is_recommended_a_model_with_its_speed_in_words(browser
         speed_words = "about 6 words a second here, about 45 seconds per work order" if locale == "en-US" else \
             "在這台電腦上每秒大約 8 個字，每張工單大約 45 秒"
         expect(first.locator(".facts")).to_contain_text(speed_words)
+        measured = page.locator(".speed-measured-at")  # how old the figure is, in the reader's words
+        expect(measured).to_contain_text(MEASURED_WORDS[locale])
+        expect(measured).to_contain_text("2026")
         tab.shot(f"models-tier-cpu-fast-{locale}")
         page = tab.open("#/chat")  # the chat page leads to it, as on a graphics card
         expect(page.locator(".tier-notice .tier-sentence")).to_have_text(sentence)

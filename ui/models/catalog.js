@@ -8,7 +8,7 @@
 // that build DOM from the page's state (page.js); the button calls page.pull(name).
 
 import { formatBytes, h } from "../dom.js";
-import { language, t } from "../i18n.js";
+import { formatTime, language, t } from "../i18n.js";
 import { newId } from "./common.js";
 import { fitText, speedText, tierSentence } from "./tier.js";
 
@@ -19,6 +19,14 @@ export function tierView(page) {
   const tier = page.modelsBody ? tierSentence(page.modelsBody) : null;
   if (!tier) return null;
   return h("p", { class: `tier-line${tier.entry ? " tier-recommend" : ""}` }, tier.text);
+}
+
+/** When the processor speeds were measured, under the tier sentence: a figure from a busy day would
+ * mislead, and the date says how old it is (null without a measurement, e.g. with a graphics card). */
+export function measuredView(page) {
+  const at = page.modelsBody?.hardware?.speed_measured_at;
+  if (!at || !page.catalog.some((c) => c.speed)) return null;
+  return h("p", { class: "hint speed-measured-at" }, t("models.speed_measured_at", { date: formatTime(at) }));
 }
 
 /** User catalog files (<home>/catalog/*.json) that were skipped, each with the reason. */

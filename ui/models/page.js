@@ -16,7 +16,7 @@ import { get, post, del } from "../api.js";
 import { clear, confirmDialog, formatBytes, h } from "../dom.js";
 import { t } from "../i18n.js";
 import { ctaCard, installedView } from "./cards.js";
-import { catalogView, problemsView, showSpotlight, tierView } from "./catalog.js";
+import { catalogView, measuredView, problemsView, showSpotlight, tierView } from "./catalog.js";
 import { enc, errorText, newId } from "./common.js";
 import { computerView, systemErrorView } from "./hardware.js";
 import { ImportCard, pathDialog } from "./import.js";
@@ -348,7 +348,7 @@ class ModelsPage {
     this.renderCta();
     this.rerender(this.installedList, () => installedView(this));
     this.rerender(this.catalogList, () => catalogView(this));
-    clear(this.tierSlot, tierView(this), problemsView(this));
+    clear(this.tierSlot, tierView(this), measuredView(this), problemsView(this));
     this.importCard.update();
     showSpotlight(this);
   }

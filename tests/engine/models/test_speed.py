@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 
 import pytest
@@ -101,20 +102,61 @@ def test_with_memory_keeps_the_fixed_time_and_prompt_share_and_changes_the_rate(
     assert predict(SIZE["qwen3.5-2b"], r).tokens_per_s < predict(SIZE["qwen3.5-2b"], rates(memory_gb_s=20)).tokens_per_s
 
 
-def test_the_measurement_runs_smollm2_in_a_child_and_is_kept(tmp_path, model_path, monkeypatch):
+def write_old_format(cache, model_path, threads, build, r: Rates) -> None:
+    """speed.json as flashdesk wrote it before it kept a history: one figure, no date."""
+    cache.write_text(json.dumps({"key": measure._cache_key(model_path, threads, build), "rates": r.__dict__}))
+
+
+def test_the_measurement_runs_smollm2_in_a_child_and_is_kept(tmp_path, model_path):
     cache = tmp_path / "speed.json"
-    r = measure.cached(cache, model_path, 1, "build-a")
+    before = time.time()
+    m = measure.take(cache, model_path, 1, "build-a")
+    r = m.rates
     assert r.threads == 1 and r.in_use_bytes == SIZE["smollm2"]
     assert r.decode_s > 0 and r.prefill_s > 0 and r.memory_bytes_per_s > 0 and r.weights_bytes_per_s > 0
-    assert json.loads(cache.read_text())["rates"]["threads"] == 1
+    assert m.idle is True and before <= m.at <= time.time()
+    data = json.loads(cache.read_text())
+    assert data["rates"]["threads"] == 1 and data["history"][0]["at"] == m.at  # the date is kept
+    assert measure.history(cache, model_path, 1, "build-a") == [m]
+    assert measure.history(cache, model_path, 1, "build-b") == []  # another llama.cpp build measures again
+    # one is not enough to trust, but the next waits GAP_S: a load that slowed this one has moved on by then
+    assert not measure.due([m], m.at + 1) and measure.due([m], m.at + measure.GAP_S)
 
-    def no_second(*_a, **_k):
-        raise AssertionError("measured again although nothing changed")
 
-    monkeypatch.setattr(measure, "measure", no_second)
-    assert measure.cached(cache, model_path, 1, "build-a") == r
-    with pytest.raises(AssertionError):  # another llama.cpp build measures again
-        measure.cached(cache, model_path, 1, "build-b")
+def test_an_old_one_figure_file_still_loads_and_is_dated_by_the_file(tmp_path, model_path):
+    cache = tmp_path / "speed.json"
+    write_old_format(cache, model_path, 1, "build-a", rates())
+    (m,) = measure.history(cache, model_path, 1, "build-a")
+    assert m.rates == rates() and m.idle is None and m.at == pytest.approx(cache.stat().st_mtime)
+    assert measure.best([m]) == m and measure.due([m], m.at + measure.GAP_S)
+
+
+def test_a_busy_or_stale_figure_is_replaced_by_a_better_idle_one(tmp_path, model_path):
+    """The issue's case: a figure taken while the test suite ran (five times too slow) in an old file,
+    and a very fast idle one from months ago; a real idle measurement now is the one the figures use."""
+    cache = tmp_path / "speed.json"
+    probe = measure.measure(model_path, 1)
+    slow = dataclasses.replace(probe, decode_s=probe.decode_s * 5, prefill_s=probe.prefill_s * 5)
+    write_old_format(cache, model_path, 1, "build-a", slow)
+    assert measure.best(measure.history(cache, model_path, 1, "build-a")).rates == slow  # all there is, for now
+    new = measure.take(cache, model_path, 1, "build-a")
+    kept = measure.history(cache, model_path, 1, "build-a")
+    assert len(kept) == 2 and kept[-1] == new and measure.best(kept) == new  # preferred: idle, where the old is not
+    assert json.loads(cache.read_text())["rates"] == new.rates.__dict__  # what a reader of one figure finds
+
+    fast = dataclasses.replace(probe, decode_s=probe.decode_s / 10)
+    stale = measure.Measured(fast, time.time() - 2 * measure.FRESH_S, True)
+    assert measure.best([stale, new]) == new  # a recent idle figure beats an old one, however fast
+    assert measure.best([stale]) == stale and measure.due([stale])  # still shown while a new one is taken
+    twice = [new, measure.Measured(fast, new.at + 1, True)]
+    assert measure.best(twice).rates == fast  # of recent idle ones, the fastest: a busy computer only slows
+
+
+def test_a_request_stops_a_measurement_and_nothing_is_kept(tmp_path, model_path):
+    cache = tmp_path / "speed.json"
+    start = time.monotonic()
+    assert measure.take(cache, model_path, 1, "build-a", idle=lambda: time.monotonic() - start < 0.3) is None
+    assert not cache.exists()
 
 
 def test_a_broken_model_file_is_a_clear_error_not_a_crash(tmp_path):
@@ -124,28 +166,50 @@ def test_a_broken_model_file_is_a_clear_error_not_a_crash(tmp_path):
         measure.measure(str(bad), 1)
 
 
-def test_this_computer_measures_in_the_background_with_the_default_when_a_backend_answers(store, monkeypatch):
-    seen = []
+@pytest.fixture
+def own_speed_file(store, monkeypatch, tmp_path):
+    """The store's models under a home of this test's own, so that its speed.json starts empty."""
+    monkeypatch.setattr(store, "home", tmp_path)  # speed.json lives in the home; the models stay where they are
+    monkeypatch.setattr(measure, "_tried", {})
+    monkeypatch.setattr(measure, "QUIET_S", 0.05)
+    return tmp_path / measure.CACHE_NAME
 
-    def slow_measure(cache, path, threads, build):
+
+def wait_measured(deadline_s: float = 10) -> None:
+    deadline = time.time() + deadline_s
+    while measure.measuring() and time.time() < deadline:
+        time.sleep(0.02)
+
+
+def test_this_computer_measures_in_the_background_only_while_idle(store, own_speed_file, monkeypatch):
+    seen, idle = [], [False]
+
+    def slow_measure(path, threads, timeout=0, busy=None):
         time.sleep(0.3)
         seen.append(path)
         return rates()
 
-    monkeypatch.setattr(measure, "kept", lambda *a: None)
-    monkeypatch.setattr(measure, "cached", slow_measure)
-    monkeypatch.setattr(measure, "_done", {})
+    monkeypatch.setattr(measure, "measure", slow_measure)
     backend = dataclasses.replace(store.get("smollm2"), source="backend:http://x", path="/nonexistent.gguf")
-    assert measure.this_computer(store, backend, 3) is None and measure.measuring()  # never waits for it
+    assert measure.this_computer(store, backend, 3, idle=lambda: idle[0]) is None and measure.measuring()
     assert measure.this_computer(store, backend, 3) is None  # a second ask starts no second measurement
-    deadline = time.time() + 10
-    while measure.measuring() and time.time() < deadline:
-        time.sleep(0.02)
-    assert measure.this_computer(store, backend, 3) == rates()
-    assert seen == [store.get("smollm2").path]
+    time.sleep(0.3)
+    assert seen == []  # a request is running: it waits
+    idle[0] = True
+    wait_measured()
+    got = measure.this_computer(store, backend, 3)
+    assert got.rates == rates() and got.idle is True and seen == [store.get("smollm2").path]
+    assert not measure.measuring()  # one of WANT, but the next waits GAP_S
 
 
-def test_a_measurement_kept_on_disk_answers_at_once(store, monkeypatch):
-    monkeypatch.setattr(measure, "kept", lambda *a: rates(memory_gb_s=7))
-    monkeypatch.setattr(measure, "_done", {})
-    assert measure.this_computer(store, store.get("smollm2"), 5) == rates(memory_gb_s=7) and not measure.measuring()
+def test_an_old_file_answers_at_once_and_a_better_idle_figure_replaces_it(store, own_speed_file, monkeypatch):
+    path = store.get("smollm2").path
+    write_old_format(own_speed_file, path, 5, measure.ggml.build_id(), rates(memory_gb_s=7))
+    day_ago = time.time() - 86400
+    os.utime(own_speed_file, (day_ago, day_ago))  # written by an older flashdesk, a while back
+    monkeypatch.setattr(measure, "measure", lambda *a, **k: rates(memory_gb_s=30))
+    first = measure.this_computer(store, store.get("smollm2"), 5, idle=lambda: True)
+    assert first.rates == rates(memory_gb_s=7) and first.idle is None  # at once, while the next is taken
+    assert first.at == pytest.approx(day_ago)  # its date: the file's
+    wait_measured()
+    assert measure.this_computer(store, store.get("smollm2"), 5).rates == rates(memory_gb_s=30)
