@@ -25,6 +25,7 @@ HOSTILE = {
     "negative_tap": (TAPS, [2, 9, -7, 21, 28], GGUFValueType.ARRAY, I32),
     "tap_past_the_layer_limit": (TAPS, [2, 9, 15, 21, 1 << 30], GGUFValueType.ARRAY, I32),
     "huge_block": ("dflash.block_size", 1 << 31, U32, None),
+    "block_as_an_array": ("dflash.block_size", [1] * 8, GGUFValueType.ARRAY, U32),  # a count read as its length
     "huge_top_k": ("dflash.selector_top_k", 65536, U32, None),  # K * (K + 1) wraps a uint32 to K
     "huge_conv_kernel": ("dflash.conv_kernel_size", 1 << 30, U32, None),
     "window_pattern_of_another_depth": ("dflash.attention.sliding_window_pattern", [True] * 300,

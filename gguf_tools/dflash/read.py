@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 
+from gguf import GGUFValueType
+
 from ..check import GGUFFormatError, GGUFSummary, check_gguf
 from .format import (ARCH, CAUSAL_KEY, DFLASH1, DFLASH2, DSPARK_TENSOR, FLOAT_KEYS, HIDDEN_ACT_KEY, MASK_KEY,
                      OPTIONAL_FLOAT_KEYS, SELECTOR_TENSORS, SLIDING_PATTERN_KEY, SLIDING_WINDOW_KEY, TARGET_LAYERS_KEY,
@@ -88,6 +90,9 @@ def _read_fields(s: GGUFSummary, kind: str) -> tuple[dict, list[str]]:
         v = m.get(key)
         if v is None and default is not _REQUIRED:
             return default
+        if key in s.types and s.types[key][0] == GGUFValueType.ARRAY:  # check_gguf gives an array's length
+            problems.append(f"{key} is an array, not a single value")
+            return None
         if v is None or not isinstance(v, typ) or isinstance(v, bool) != (typ is bool):
             what = {int: "an integer", bool: "a bool", str: "a string"}.get(typ, "a number")
             problems.append(f"{key} is missing" if v is None else f"{key} is {v!r}, not {what}")
