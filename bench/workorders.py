@@ -115,6 +115,7 @@ def main() -> int:
         })
     result = {"template": a.template, "cases": len(cases), "threads": a.threads, "ctx": a.ctx, "draft": draft,
               "baseline": modes[0], "speed": speed, "mismatches": mismatches, "score": report, "runs": runs,
+              "outputs": dict(zip((c["id"] for c in cases), outputs)),  # the baseline's answers, for a look
               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                        text=True).stdout.strip()}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -82,6 +82,27 @@ def test_custom_schema_and_speculation_modes_agree(srv):
     assert body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0  # the same prompt as the run before
 
 
+COPYING = {"type": "object", "properties": {"customer": {"type": ["string", "null"], "x-copy": True},
+                                            "phone": {"type": ["string", "null"], "x-copy": {"separator": "; "}}},
+           "required": ["customer", "phone"], "additionalProperties": False}
+
+
+def test_copy_fields_say_where_in_the_message_they_come_from(srv):
+    """x-copy values are stretches of the message, and `sources` gives their character spans in the
+    text as sent (leading blank lines included), the same again from the audit log."""
+    text = "\n\n  " + ORDER
+    r = parse(srv, text=text, sent_date="2026-01-12", schema=COPYING,
+              instructions="Copy the customer's name and phone numbers from the message.")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    copied = {k: v for k, v in body["result"].items() if v is not None}
+    assert copied, body["result"]  # the message has both: the model copies at least one
+    assert set(body["sources"]) == set(copied)
+    for key, value in copied.items():
+        assert "; ".join(text[a:b] for a, b in body["sources"][key]) == value
+    assert httpx.get(f"{srv.base}/v1/workorders/{body['id']}").json()["sources"] == body["sources"]
+
+
 def test_templates_are_listed_with_user_files_and_broken_ones(srv):
     r = httpx.get(f"{srv.base}/v1/workorders/templates").json()
     names = {t["name"]: t for t in r["data"]}
@@ -162,23 +183,3 @@ def test_kill_9_loses_no_stored_parse(srv, home, order):
     finally:
         again.stop()
 
-
-COPYING = {"type": "object", "properties": {"customer": {"type": ["string", "null"], "x-copy": True},
-                                            "phone": {"type": ["string", "null"], "x-copy": {"separator": "; "}}},
-           "required": ["customer", "phone"], "additionalProperties": False}
-
-
-def test_copy_fields_say_where_in_the_message_they_come_from(srv):
-    """x-copy values are stretches of the message, and `sources` gives their character spans in the
-    text as sent (leading blank lines included), the same again from the audit log."""
-    text = "\n\n  " + ORDER
-    r = parse(srv, text=text, sent_date="2026-01-12", schema=COPYING,
-              instructions="Copy the customer's name and phone numbers from the message.")
-    assert r.status_code == 200, r.text
-    body = r.json()
-    copied = {k: v for k, v in body["result"].items() if v is not None}
-    assert copied, body["result"]  # the message has both: the model copies at least one
-    assert set(body["sources"]) == set(copied)
-    for key, value in copied.items():
-        assert "; ".join(text[a:b] for a, b in body["sources"][key]) == value
-    assert httpx.get(f"{srv.base}/v1/workorders/{body['id']}").json()["sources"] == body["sources"]
