@@ -128,7 +128,12 @@ def test_train_resume_export_lossless(model_path, captured, tmp_path):
         m = t.train_step()
     assert np.isfinite(m["loss"]) and set(m) >= {"block_ce", "selector_ce", "top1_acc", "in_top_k"}
     ev = t.evaluate()
-    assert set(ev["tau"]) == {"top1", "walk", "viterbi", "dp"} and all(v >= 1.0 for v in ev["tau"].values())
+    assert set(ev["tau"]) == {"top1", "walk", "viterbi", "dp"} and ev["n_seqs"] > 0
+    for sel, tau in ev["tau"].items():
+        # a barely trained draft may accept nothing (tau 1); it cannot commit more than a block per
+        # verify, and a trajectory that accepted a token had an anchor whose first slot was accepted
+        assert 1.0 <= tau <= TINY.block, (sel, tau)  # NaN, from no anchors at all, fails here too
+        assert tau == 1.0 or ev["slot_accept"][sel][0] > 0, (sel, tau, ev["slot_accept"][sel])
     t.budget_s = 60.0
     t.save()
     t2 = Trainer(model_path, out, tmp_path / "train", TINY, resume=True, log=lambda m: None)

@@ -96,18 +96,25 @@ def test_failed_probes_back_off_and_auto_retires():
     assert st.retired and st.path_len(_Slot) == 0  # auto gave up on a useless drafter
 
 
+def next_probe(st, most: int = 1000) -> int:
+    """Plain steps until `st` probes again; a state that stopped probing fails here instead of
+    spinning until the suite's timeout (the longest gap these tests expect is 64 steps)."""
+    for step in range(most):
+        if st.path_len(_Slot):
+            return step
+    raise AssertionError(f"no probe in {most} steps (probe_every {st.probe_every}, retired {st.retired})")
+
+
 def test_a_hit_resets_the_probe_interval():
     from engine.speculative.params import SpecParams
     from engine.speculative.state import DrafterRecord, SpecState
 
     st = SpecState(SpecParams(mode="lookup"), PromptLookupDrafter(), 8, 4096, GPU, record=DrafterRecord(prior=0.0))
     for _ in range(3):
-        while not st.path_len(_Slot):
-            pass
+        next_probe(st)
         st.observe_acceptance(1, 0)
     assert st.probe_every == 64 and not st.retired  # explicit modes never retire
-    while not st.path_len(_Slot):
-        pass
+    next_probe(st)
     st.observe_acceptance(1, 1)
     assert st.probe_every == 8
 

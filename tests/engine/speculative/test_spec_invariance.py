@@ -11,6 +11,8 @@ import pytest
 
 from conftest import TEST_CTX, dev_prompts
 from engine import Completion, Engine, EngineConfig, SamplingParams
+from engine.llama import ggml
+from engine.speculative.costs import MAX_ROWS, SEQ_BUCKETS, WINDOW, CostModel
 from engine.speculative.drafters.base import Proposal, SeqView
 from engine.speculative.params import SpecParams
 from engine.speculative.drafters.base import Drafter
@@ -172,13 +174,49 @@ class FailingDrafter(Drafter):
 
 
 def test_a_failing_drafter_costs_speculation_not_requests(oracle_engine, prompts, plain):
+    failing = oracle_engine.drafters["failing"]
+    failing.calls = failing.observed = 0
     results = run_all(oracle_engine, prompts[:4], SpecParams(mode="failing", block=4), concurrent=True)
     assert_invariant(plain, results)
     assert all(r.finish_reason in ("stop", "length") for r in results.values())
+    # plain decoding alone would pass the checks above: the drafter must have failed both ways
+    assert failing.calls >= 2, f"propose() called {failing.calls} times: it never failed and then proposed"
+    assert failing.observed > 40, f"observe() called {failing.observed} times: it never lost a sequence"
 
 
-def test_auto_mode_with_the_chooser_is_lossless(engine, prompts, plain):
-    """auto without a paired draft: prompt lookup, block chosen (or plain) from the measured costs."""
-    results = run_all(engine, prompts, SpecParams(mode="auto"), concurrent=True)
+@pytest.fixture(scope="module")
+def auto_engine(model_path, prompts, tmp_path_factory):
+    """An engine in auto mode without a paired draft whose chooser prices paths on a fixed curve on
+    which a path's rows cost little beside the step they join, so that it verifies wherever prompt
+    lookup offers a copy. On this machine's measured costs the chooser may decode everything plainly
+    (it once did in CI), and the test then proved nothing. A slot per prompt: every request is admitted
+    before any answer ends, so auto mode picks lookup for all of them before any record of lookup's
+    measured gain could turn it off. c(1) is large, so that no request retires lookup before its
+    first copy (its plain steps are priced at c(1) until it has timed a few of its own)."""
+    cache = tmp_path_factory.mktemp("auto") / "verify-cost.json"
+    curve = CostModel(2, ggml.build_id())
+    for _ in range(WINDOW):
+        for rows in range(1, MAX_ROWS + 1):
+            curve.observe(rows, 1, 1000.0)  # flat: a path's rows in a ubatch of their own cost one c(1)
+            for seqs in SEQ_BUCKETS[1:]:
+                curve.observe(rows, seqs, 100_000.0)  # the shared step: a path's c(1) adds 1% to it
+    curve.save(cache)
+    assert len(prompts) <= 16
+    eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=16, n_threads=2, cost_cache=str(cache)))
+    try:
+        assert eng.spec.curve_ready.is_set() and eng.spec.costs.cost(1) == 1000.0, "the fixed curve was not loaded"
+        eng.spec.costs.observe = lambda rows, seqs, ms: None  # the curve stays fixed: decodes teach it nothing
+        yield eng
+    finally:
+        eng.close()
+
+
+def test_auto_mode_with_the_chooser_is_lossless(auto_engine, prompts, plain):
+    """auto without a paired draft: prompt lookup, the path length chosen per step (or plain) by the
+    chooser, which must have verified some paths for this to test speculation."""
+    results = run_all(auto_engine, prompts, SpecParams(mode="auto"), concurrent=True)
     assert_invariant(plain, results)
     assert all(r.usage.speculation.mode == "lookup" for r in results.values())
+    stats = [r.usage.speculation for r in results.values()]
+    assert sum(s.verifies for s in stats) > 0, "the chooser never verified a path: nothing speculative was tested"
+    assert sum(s.plain_steps for s in stats) > 0  # and decoded plainly where lookup had nothing to offer
