@@ -27,7 +27,7 @@ OVER_SOFT_CAP = {
     "engine/grammar/schema.py": (
         "the fail-closed walk over a JSON Schema is one concept, and its docstring (57 lines) is the "
         "contract of the walk: every keyword it supports, how it is made stricter, and every converter "
-        "bug worked around, in one place beside the code that keeps it; the code itself is under 390 lines"),
+        "bug worked around, in one place beside the code that keeps it; the code itself is about 400 lines"),
     "tests/hub_standin.py": (
         "one stand-in for one service, the Hub's download side: its git objects (blob, tree and commit "
         "ids), routes, headers and fault injection describe the same Hub and share one state; the "

@@ -23,7 +23,8 @@ converter's own format rule when the others take every string of the format. Int
 maximum, exclusiveMinimum, exclusiveMaximum (an exact GBNF range we write, as the converter
 ignores bounds), multipleOf (an integer <= 1000). Numbers ("type": "number"): the same bounds and
 integer multipleOf (number.py); a non-integer multipleOf is refused (jsonschema checks
-it in floating point). Strings with "x-copy" (ours): a stretch of the request's text (copy.py).
+it in floating point). "x-copy" (ours, copy.py): a string that is a stretch of the request's text,
+or an integer the text writes in digits.
 Stricter than the schema, so output stays valid: properties in a fixed order (required first);
 only properties the schema names (absent additionalProperties counts as false; true or a schema
 beside properties is dropped); a tuple has exactly its prefixItems; enum/const values appear as
@@ -336,7 +337,11 @@ def _node(body: dict, ptr: str, walk: _Walk, depth: int) -> dict:
             lo, hi = rules.integer_range(body)
         except ValueError as e:
             raise _bad(f"integer bounds {_at(ptr)}: {e}") from None
-        walk.own.append((out, lambda name: (walk.copy_rules.append(copy.Rule(name, (lo, hi))) or f"{name} space", [])))
+
+        def written_numbers(name: str) -> tuple[str, list[str]]:  # each request defines the rule (copy.define)
+            walk.copy_rules.append(copy.Rule(name, (lo, hi)))
+            return f"{name} space", []
+        walk.own.append((out, written_numbers))
     return out
 
 
