@@ -1,0 +1,70 @@
+"""What a work order's copy fields cost before the model runs: the per-request grammar (x-copy,
+engine/grammar/copy.py) for messages of growing length, in its parts, median of alternated rounds.
+
+    .venv/bin/python bench/copy_grammar.py [--chars 500,2000,8000] [--rounds 5]
+
+Parts: the substring automaton and its GBNF (`Constraint.grammar_for`), llama.cpp's check of the
+grammar against the vocabulary (the engine's submit), the request's grammar sampler (a slot's
+start), and the grammar drafter's parse (gbnf.parse, once per grammar). The message is the dev
+work orders' texts joined, cut to the length; the template is bench/templates/work_order_copy.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.common import EVAL_DATA, drop_callers_settings, test_home  # noqa: E402
+
+drop_callers_settings()
+
+from engine.grammar import gbnf  # noqa: E402
+from engine.llama.grammar import Grammar  # noqa: E402
+from engine.llama.model import Model  # noqa: E402
+from engine.models.pull import pull  # noqa: E402
+from engine.models.store import ModelStore, no_progress  # noqa: E402
+from server.workorders.templates import load_file  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--chars", default="500,2000,8000")
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args()
+    store = ModelStore(test_home())
+    pull(store, "smollm2", progress=no_progress)
+    model = Model(store.get("smollm2").path)
+    template = load_file(ROOT / "bench" / "templates" / "work_order_copy.json", "user")
+    cases = [json.loads(line) for line in (EVAL_DATA / "workorders-dev.jsonl").read_text("utf-8").splitlines() if line]
+    corpus = "\n\n".join(c["text"] for c in cases)
+    sizes = [int(n) for n in a.chars.split(",")]
+    times: dict[int, dict[str, list[float]]] = {n: {} for n in sizes}
+    for r in range(a.rounds):
+        for n in sizes if r % 2 == 0 else reversed(sizes):  # alternated: A B A B
+            text = (corpus * (n // len(corpus) + 1))[:n] + f" {r}"  # a new text each round: no cache helps
+            t0 = time.perf_counter()
+            grammar = template.constraint.grammar_for([text])
+            t1 = time.perf_counter()
+            Grammar.check(model.vocab, grammar)
+            t2 = time.perf_counter()
+            Grammar(model.vocab, model.n_vocab, grammar, piece=model.piece).free()
+            t3 = time.perf_counter()
+            gbnf.parse(grammar)
+            t4 = time.perf_counter()
+            for part, s in (("automaton+gbnf", t1 - t0), ("llama check", t2 - t1), ("sampler", t3 - t2),
+                            ("drafter parse", t4 - t3), ("total", t4 - t0)):
+                times[n].setdefault(part, []).append(s * 1000.0)
+    print(f"{'chars':>6} " + " ".join(f"{p:>15}" for p in times[sizes[0]]) + "   (ms, median)")
+    for n in sizes:
+        print(f"{n:6d} " + " ".join(f"{statistics.median(v):15.1f}" for v in times[n].values()))
+    model.close()
+
+
+if __name__ == "__main__":
+    main()
