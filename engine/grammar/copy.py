@@ -14,11 +14,11 @@ with at most 2n - 1 states for n characters, and it is deterministic, so llama.c
 one stack per copy in progress. Every state is reached by one character only (every string a
 state stands for ends in the same character), so "does not end with whitespace" is a property
 of the state. `substrings` builds it for several texts at once (a copy never spans two), and
-`rules` writes it as GBNF for one request: the schema's grammar is compiled once
-(schema.py, with the rule name `Constraint.copy_rule` left for the request to define).
+`define` writes the rules one request needs: the schema's grammar is compiled once (schema.py),
+with the rule names of its copies (`Constraint.copy_rules`) left for each request to define.
 
-What it is not: provenance (where in the text a value was copied from: `spans`), the review of a
-parse (server/workorders), or a drafter.
+What it is not: provenance (where in the text a value was copied from: server/workorders/spans.py),
+the review of a parse (server/workorders), or a drafter.
 
 References: Blumer, Blumer, Haussler, Ehrenfeucht, Chen, Seiferas 1985, "The smallest automaton
 recognizing the subwords of a text"; the generalized construction for several texts as in
@@ -189,16 +189,6 @@ def rules(sources: list[str], rule: str) -> list[str]:
     if dfa is None:
         raise ValueError("the text has nothing to copy from")
     return automaton.to_gbnf(dfa, rule)
-
-
-def found(value: str, sources: list[str]) -> tuple[int, int, int] | None:
-    """Where `value` was copied from: (source index, start, end) of its first occurrence, None if
-    it is in no source."""
-    for i, text in enumerate(sources):
-        at = text.find(value)
-        if value and at >= 0:
-            return i, at, at + len(value)
-    return None
 
 
 def fields(schema: dict) -> dict[str, Copy]:

@@ -151,7 +151,3 @@ def test_copy_fields_are_found_by_instance_path():
                                    "items[].color": copy.Copy()}
     assert copy.fields(copy.without(schema)) == {}
 
-
-def test_where_a_value_was_copied_from():
-    assert copy.found("0917", ["a", "call 0917"]) == (1, 5, 9)
-    assert copy.found("nowhere", [MESSAGE]) is None and copy.found("", [MESSAGE]) is None
