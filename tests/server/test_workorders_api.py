@@ -165,7 +165,7 @@ def test_the_audit_trail_lists_filters_and_exports(srv, order):
     rows = list(csv.DictReader(io.StringIO(csv_r.content.decode("utf-8-sig"))))
     assert len(rows) == listed["total"] and order["id"] in {r["id"] for r in rows}
     lines = httpx.get(f"{base}/export", params={"format": "jsonl", "template": "custom"}).text.splitlines()
-    assert len(lines) == 3 and all(json.loads(line)["template"] == "custom" for line in lines)
+    assert len(lines) == customs["total"] and all(json.loads(line)["template"] == "custom" for line in lines)
     assert httpx.get(base, params={"since": "yesterday-ish"}).status_code == 400
     assert httpx.get(f"{base}/export", params={"format": "xml"}).status_code == 400
     assert httpx.get(f"{base}/wo_nothing").status_code == 404
