@@ -112,17 +112,7 @@ def _all_tensors(path) -> list[dict]:
 
 def test_other_architecture_cannot_pair_and_arrays_stay_arrays(tmp_path):
     """qwen2 does not publish layer inputs; a per-layer head count must not read as its length."""
-    import numpy as np
-
-    path = tmp_path / "q.gguf"
-    w = GGUFWriter(str(path), "qwen2")
-    w.add_uint32("qwen2.block_count", 2)
-    w.add_array("qwen2.attention.head_count", [4, 8])
-    w.add_tensor("blk.0.attn_q.weight", np.zeros((4, 32), dtype=np.float16))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    path = _qwen2(tmp_path / "q.gguf", [4, 8])
     r = inspect_gguf(path)
     assert not r["can_pair_dflash_draft"] and "qwen2" in r["dflash_pairing"]
     assert r["head_count"] == [4, 8] and r["parameters"] == 128
@@ -186,19 +176,24 @@ def test_inspect_refuses_a_hostile_draft_as_loading_does(name, tmp_path, target_
 
 def test_a_long_array_of_a_target_is_cut_in_the_dict_and_the_text(tmp_path):
     """Per-layer values of more layers than llama.cpp allows: a count and the first items, in both."""
-    import numpy as np
-
-    path = tmp_path / "deep.gguf"
-    w = GGUFWriter(str(path), "qwen2")
-    w.add_uint32("qwen2.block_count", 600)
-    w.add_array("qwen2.attention.head_count", list(range(600)))
-    w.add_tensor("blk.0.attn_q.weight", np.zeros((4, 32), dtype=np.float16))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    path = _qwen2(tmp_path / "deep.gguf", list(range(600)))
     r = inspect_gguf(path)
     assert r["head_count"] == {"count": 600, "first": list(range(8))} and r["draft_refusal"] is None
     assert "600 values: 0, 1, 2, 3, 4, ... heads" in format_report(r)
     out = flashdesk("inspect", str(path))
     assert out.returncode == 0 and out.stdout.strip() == format_report(r)
+
+
+def _qwen2(path, heads: list[int]):
+    """A qwen2 GGUF with `heads` per layer and one F16 tensor, nothing else."""
+    import numpy as np
+
+    w = GGUFWriter(str(path), "qwen2")
+    w.add_uint32("qwen2.block_count", len(heads))
+    w.add_array("qwen2.attention.head_count", heads)
+    w.add_tensor("blk.0.attn_q.weight", np.zeros((4, 32), dtype=np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
