@@ -84,6 +84,18 @@ def free_name(grammar: str) -> str:
     return name
 
 
+def states(names) -> set[str]:
+    """Of a whole request grammar's rule `names` (as Constraint.grammar_for writes it), those of its
+    string copies' automaton: the longest `copy`, `copyx`, ... name defined (free_name makes the
+    schema's own rules never start with it) and its `-N` states and `-cN` classes. A schema without
+    copy fields but with a rule named like one is read as having them: the grammar drafter then
+    guesses where nothing is copied, which costs a rejected span, never output."""
+    base = max((n for n in names if re.fullmatch("copyx*", n)), key=len, default=None)
+    if base is None:
+        return set()
+    return {n for n in names if n == base or re.fullmatch(re.escape(base) + r"-c?\d+", n)}
+
+
 def substrings(sources: list[str]) -> automaton.DFA | None:
     """The copies of `sources` as a DFA (state 0 the start), None when there are none (no text
     that is not whitespace)."""

@@ -110,18 +110,26 @@ class Recognizer:
 
     def next_chars(self, stacks: frozenset) -> tuple[set[str] | None, bool]:
         """(the characters allowed next, None when more than a few; whether the text may end here)."""
-        ends, chars = False, set()
+        chars = self._chars(st for st in stacks if st)
+        return chars, any(not st for st in stacks)
+
+    def split_chars(self, stacks: frozenset, inside: frozenset[int]) -> tuple[set[str] | None, set[str] | None]:
+        """The characters allowed next by the stacks whose top is in a rule of `inside` (rule ids),
+        and by the others (each None when more than a few)."""
+        tops = [st for st in stacks if st]
+        return (self._chars(st for st in tops if st[-1][0] in inside),
+                self._chars(st for st in tops if st[-1][0] not in inside))
+
+    def _chars(self, stacks) -> set[str] | None:
+        chars: set[str] = set()
         for st in stacks:
-            if not st:
-                ends = True
-                continue
             rid, alt, i = st[-1]
             _, ivals, neg = self.rules[rid][alt][i]
             if neg or sum(hi - lo + 1 for lo, hi in ivals) > FEW:
-                return None, ends or any(not s for s in stacks)
+                return None
             for lo, hi in ivals:
                 chars.update(chr(c) for c in range(lo, hi + 1))
-        return (chars if len(chars) <= FEW else None), ends
+        return chars if len(chars) <= FEW else None
 
 
 @functools.lru_cache(maxsize=32)

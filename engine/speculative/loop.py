@@ -156,9 +156,12 @@ class Stepper:
             first = proposals[0] if proposals else Proposal()
             catch_up = first.inject_ms / len(group) if first.inject_rows > MAX_BLOCK * len(group) else 0.0
             for slot, prop in zip(group, proposals):
-                slot.spec.stats.draft_ms += share - catch_up
-                slot.spec.stats.upkeep_ms += catch_up
-                slot.spec.observe_draft_cost(share - catch_up)
+                # a request's own start (a grammar parsed once) is paid once, like a catch-up: priced
+                # into every step, it would keep a fresh request from speculating for its first steps
+                once = catch_up + min(prop.setup_ms, share - catch_up)
+                slot.spec.stats.draft_ms += share - once
+                slot.spec.stats.upkeep_ms += once
+                slot.spec.observe_draft_cost(share - once)
                 path = self._select(slot, prop, n_draft)
                 if drafter.free and path.tokens:
                     path = path.head(self._price(slot, len(path.tokens), path.sources))

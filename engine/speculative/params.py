@@ -12,6 +12,7 @@ AUTO, OFF = "auto", "off"
 DFLASH, LOOKUP, GRAMMAR = "dflash", "lookup", "grammar"
 GRAMMAR_LOOKUP, GRAMMAR_LOOKUP_DFLASH = f"{GRAMMAR}+{LOOKUP}", f"{GRAMMAR}+{LOOKUP}+{DFLASH}"
 MODES = (AUTO, OFF, DFLASH, LOOKUP, GRAMMAR, GRAMMAR_LOOKUP, GRAMMAR_LOOKUP_DFLASH)
+COPY = "copy"  # a path token's source, not a mode: a copy field's unique continuation (drafters/grammar.py)
 SELECTORS = ("walk", "viterbi", "dp", "top1")
 MAX_BLOCK = 16
 

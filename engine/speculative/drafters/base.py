@@ -49,6 +49,7 @@ class Proposal:
     n_blocks: int = 1  # blocks (sequences) that decode carried
     inject_ms: float = 0.0  # KV injection of the rows the target committed since the last call
     inject_rows: int = 0
+    setup_ms: float = 0.0  # this sequence's once-per-request start (the grammar drafter's parse), in draft_ms
 
 
 class Drafter:

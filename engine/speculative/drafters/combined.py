@@ -14,7 +14,7 @@ wrote, and the select stage's DP chooses between the span and the draft's 16 at 
 
 from __future__ import annotations
 
-from ..params import DFLASH, GRAMMAR, GRAMMAR_LOOKUP, GRAMMAR_LOOKUP_DFLASH, LOOKUP
+from ..params import COPY, DFLASH, GRAMMAR, GRAMMAR_LOOKUP, GRAMMAR_LOOKUP_DFLASH, LOOKUP
 from .base import Drafter, Proposal, SeqView
 from .grammar import GrammarDrafter
 from .lookup import PromptLookupDrafter
@@ -22,7 +22,8 @@ from .span_lattice import merge_span
 
 # P(a span token is what the target writes), before any is seen, where the draft's best guess is the
 # same token (True) or another (False)
-PRIOR = {(GRAMMAR, True): 0.95, (GRAMMAR, False): 0.8, (LOOKUP, True): 0.8, (LOOKUP, False): 0.3}
+PRIOR = {(GRAMMAR, True): 0.95, (GRAMMAR, False): 0.8, (COPY, True): 0.8, (COPY, False): 0.6,
+         (LOOKUP, True): 0.8, (LOOKUP, False): 0.3}
 PRIOR_WEIGHT = 4.0
 MEMORY = 400.0  # trials per source kept, so the estimate follows a change of use
 
@@ -35,14 +36,18 @@ class GrammarLookupDrafter(Drafter):
         self.grammar, self.lookup = grammar, lookup
 
     def span(self, view: SeqView, n_draft: int) -> tuple[list[int], list[str]]:
-        """At most n_draft tokens: the forced span, then what the history repeats after it;
-        and each token's source."""
-        forced = self.grammar.span(view, n_draft)
+        """At most n_draft tokens: the forced span (with a copy field's continuation), then what the
+        history repeats after it; and each token's source."""
+        forced, sources = self.grammar.span(view, n_draft)
         copied = self.lookup.lookup(view.tokens + forced, n_draft - len(forced)) if len(forced) < n_draft else []
-        return forced + copied, [self.grammar.name] * len(forced) + [self.lookup.name] * len(copied)
+        return forced + copied, sources + [self.lookup.name] * len(copied)
 
     def propose(self, seqs: list[SeqView], n_draft: int, unary: bool = False) -> list[Proposal]:
-        return [Proposal(tokens, sources=sources) for tokens, sources in (self.span(s, n_draft) for s in seqs)]
+        out = []
+        for s in seqs:
+            tokens, sources = self.span(s, n_draft)
+            out.append(Proposal(tokens, sources=sources, setup_ms=self.grammar.setup_ms))
+        return out
 
     def forget(self, seq_id: int) -> None:
         self.grammar.forget(seq_id)
@@ -98,12 +103,13 @@ class SpanDFlashDrafter(Drafter):
         return self.draft  # engine/prefix.py: who keeps the KV a later request may reuse
 
     def propose(self, seqs: list[SeqView], n_draft: int, unary: bool = False) -> list[Proposal]:
-        spans = []
+        spans, setup = [], []
         for s in seqs:
             past = self._offered.pop(s.seq_id, None)
             if past is not None and past[0] <= len(s.tokens):
                 self.record.score(past[1], past[2], s.tokens[past[0]:])
             spans.append(self.spans.span(s, n_draft))
+            setup.append(self.spans.grammar.setup_ms)
         # a forced span that fills the whole path needs no draft call for its sequence (a copied one
         # does: the draft may know better)
         need = [i for i, (tokens, sources) in enumerate(spans)
@@ -122,6 +128,7 @@ class SpanDFlashDrafter(Drafter):
                                                       lambda j, agree: self.record.rate(sources[j], agree))
                     prop.lattice.origin = sources
                 out.append(prop)
+            out[-1].setup_ms = setup[i]
             if agrees:
                 self._offered[seqs[i].seq_id] = (len(seqs[i].tokens), tokens[:len(agrees)],
                                                  list(zip(sources, agrees)))

@@ -126,6 +126,46 @@ def test_forced_spans_are_lossless(dflash_engine, plain, mode, block):
     assert sum(s.accepted for s in stats) > 0
 
 
+COPY_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "customer": {"anyOf": [{"type": "string", "x-copy": True}, {"type": "null"}]},
+        "items": {"type": "array", "items": {
+            "type": "object",
+            "properties": {"description": {"type": "string", "x-copy": True},
+                           "quantity": {"type": "integer", "x-copy": True}},
+            "required": ["description", "quantity"]}},
+        "priority": {"enum": ["low", "normal", "high", "urgent"]},
+    },
+    "required": ["customer", "items", "priority"],
+}
+COPY_NOTES = ["Walk-in: Lin's Bakery wants 500 A5 flyers and 2 roll-up banners by Friday, urgent.",
+              "Hi, this is Marco from Bellavista Pizzeria. Please print 1,200 menus on 250gsm matte, "
+              "and 3 window posters. Call 0912-345-678 when ready.",
+              "老闆～我是巷口早餐店的阿芳 急!! 菜單 A3 10張 要護貝 明天早上就要"]
+
+
+@pytest.mark.parametrize("block", [4, 8])
+def test_copy_fields_are_lossless(dflash_engine, block):
+    """Copy fields (issue 52): the grammar drafter offers a copy's unique continuation in the message
+    and where the value seems to end; whatever it guesses, every mode writes what plain constrained
+    decoding writes, and the copied tokens are accepted."""
+    copy_order = compile_response_format({"type": "json_schema", "json_schema": {"name": "o", "schema": COPY_SCHEMA}})
+    runs, copied = {}, 0
+    for mode in ("off", "grammar", "grammar+lookup", "grammar+lookup+dflash", "auto"):
+        hs = [dflash_engine.generate(dflash_engine.render_chat([{"role": "system", "content": SYSTEM},
+                                                                {"role": "user", "content": note}]),
+                                     sampling=GREEDY, max_tokens=MAX_TOKENS, grammar=copy_order.grammar_for([note]),
+                                     speculative=SpecParams(mode=mode, block=None if mode == "off" else block))
+              for note in COPY_NOTES]
+        runs[mode] = [Completion.collect(iter(h)) for h in hs]
+        copied += sum((c.usage.speculation.committed_by_source.get("copy", 0) if c.usage.speculation else 0)
+                      for c in runs[mode])
+    for mode, got in runs.items():
+        assert [c.tokens for c in got] == [c.tokens for c in runs["off"]], mode
+    assert copied > 0, "no copied token was ever accepted"
+
+
 class WrongTokenOracle(Drafter):
     """The constrained answer, with path token `(step % (n_draft + 1))` replaced by another id."""
 
