@@ -88,6 +88,7 @@ def main() -> int:
                     outputs.append(out.result if out.valid else done.text)
                     runs[m][-1] |= {"valid": out.valid, "needs_review": out.review.needs_review,
                                     "reasons": out.review.reasons, "sources": out.sources,
+                                    "confidence": {k: round(v, 4) for k, v in out.confidence.items()},
                                     "marks": [{"field": d["field"], "code": d["code"], "flag": flag}
                                               for flag, ds in ((True, out.review.details),
                                                                (False, out.review.warnings)) for d in ds]}

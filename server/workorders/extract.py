@@ -217,7 +217,8 @@ def assess(engine: Engine, template: Template, done: Completion, text: str, sent
         result = _resolve_date(template, result, text, sent, notes)
         if template.date_field and result.get(template.date_field) != before:
             confidence.pop(template.date_field, None)  # the value is no longer the model's
-    verdict = review(result, errors, template.required, text, sent, confidence, repeats)
+    fields = copy.fields(template.schema)
+    verdict = review(result, errors, template.required, text, sent, confidence, repeats, copies=fields)
     for path, code, message, params, flag in notes:
         verdict.warn(path, code, message, **params)
         if flag:
@@ -229,5 +230,5 @@ def assess(engine: Engine, template: Template, done: Completion, text: str, sent
     if done.usage.closed_early and result is not None:
         verdict.flag("closed_early", "the answer ran long and was closed early to end within max_tokens: "
                      "values after that point are empty")
-    sources = copied_from(result, copy.fields(template.schema), text if shown is None else shown)
+    sources = copied_from(result, fields, text if shown is None else shown)
     return Outcome(result, not errors, errors, verdict, confidence, unavailable, sources)

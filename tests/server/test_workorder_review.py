@@ -92,6 +92,17 @@ def test_a_name_not_in_the_message_is_a_warning():
     assert [w["field"] for w in r.warnings] == ["customer_name"] and not r.needs_review
 
 
+def test_a_copy_field_left_empty_is_marked_where_it_is_not_already_missing():
+    copies = ["customer_name", "contact", "items[].color"]
+    items = [{"description": "mailer box", "quantity": 2500, "unit": "pcs", "color": "kraft"},
+             {"description": "sample", "quantity": 12, "unit": "pcs", "color": None}]
+    r = review(order(contact=None, customer_name=None, items=items), [], REQUIRED, MESSAGE, SENT, {}, copies=copies)
+    # the required customer_name is a missing reason already; the others are field warnings
+    assert [(w["field"], w["code"]) for w in r.warnings] == [("contact", "not_found"), ("items[1].color", "not_found")]
+    assert [d["code"] for d in r.details] == ["missing"]
+    assert not review(order(), [], REQUIRED, MESSAGE, SENT, {}, copies=["contact"]).warnings
+
+
 def test_repeated_items_are_removed_once_in_a_row():
     a, b = {"description": "box"}, {"description": "lid"}
     out, n = without_repeats({"items": [a, a, a, b, a], "notes": "x"})
