@@ -6,7 +6,7 @@ engine/grammar/copy.py) for messages of growing length, in its parts, median of 
 Parts: the substring automaton and its GBNF (`Constraint.grammar_for`), llama.cpp's check of the
 grammar against the vocabulary (the engine's submit), the request's grammar sampler (a slot's
 start), and the grammar drafter's parse (gbnf.parse, once per grammar). The message is the dev
-work orders' texts joined, cut to the length; the template is bench/templates/work_order_copy.json.
+work orders' texts joined, cut to the length; the template is the built-in `work_order`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from engine.llama.grammar import Grammar  # noqa: E402
 from engine.llama.model import Model  # noqa: E402
 from engine.models.pull import pull  # noqa: E402
 from engine.models.store import ModelStore, no_progress  # noqa: E402
-from server.workorders.templates import load_file  # noqa: E402
+from server.workorders.templates import TemplateStore  # noqa: E402
 
 
 def main() -> None:
@@ -40,7 +40,7 @@ def main() -> None:
     store = ModelStore(test_home())
     pull(store, "smollm2", progress=no_progress)
     model = Model(store.get("smollm2").path)
-    template = load_file(ROOT / "bench" / "templates" / "work_order_copy.json", "user")
+    template = TemplateStore(None).get("work_order")
     cases = [json.loads(line) for line in (EVAL_DATA / "workorders-dev.jsonl").read_text("utf-8").splitlines() if line]
     corpus = "\n\n".join(c["text"] for c in cases)
     sizes = [int(n) for n in a.chars.split(",")]

@@ -31,8 +31,8 @@ NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "fiv
 # workorders.flag.<code>; tests/ui/test_i18n.py checks they all exist). routes.py adds
 # no_sent_date and failed; extract.py the date notes, closed_early and cut_to_fit.
 CODES = frozenset({"invalid", "missing", "repeats", "model_says", "uncertain", "not_a_date", "before_sent",
-                   "far_future", "not_in_message", "not_copied", "not_found", "date_from_message", "date_none", "several_dates",
-                   "closed_early", "cut_to_fit", "no_sent_date", "failed"})
+                   "far_future", "not_in_message", "not_copied", "not_found", "date_from_message", "date_none",
+                   "several_dates", "closed_early", "cut_to_fit", "no_sent_date", "failed"})
 
 
 @dataclass
