@@ -61,7 +61,7 @@ class Review:
 def review(result: dict | None, problems: list[str], required: list[str], message: str, sent: dt.date,
            confidence: dict[str, float], repeats: int = 0, copies=()) -> Review:
     """`copies`: the template's copy fields ("items[].color"), a null one of which is marked: the
-    model found nothing to copy, and on the dev work orders such a field was wrong 9 times in 12."""
+    model found nothing to copy there (how often such a field is wrong: bench/review_marks.py)."""
     r = Review()
     if result is None or problems:
         for p in problems or ["no answer"]:

@@ -132,11 +132,10 @@ class _Follow:
             run.append(ch)
             states.append(nxt)
         text = "".join(run)
-        inside, _ = self.g.split_chars(states[-1], self.copies)
-        m = VALUE_END.search(text + ("\\n" if inside is not None and not inside else ""))  # the text ends here
+        inside, outside = self.g.split_chars(states[-1], self.copies)
+        m = VALUE_END.search(text + ("\\n" if inside == set() else ""))  # the message ends here: so does the value
         if m is None:  # a branch of the message (or the limit): the model chooses
-            inside, outside = self.g.split_chars(states[-1], self.copies)
-            few = (inside or set()) | (outside or set()) if inside is not None and outside is not None else None
+            few = inside | outside if inside is not None and outside is not None else None
             return text, states[-1], False, frozenset(few) if few else None
         k = m.start()
         _, outside = self.g.split_chars(states[k], self.copies)
