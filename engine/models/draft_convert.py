@@ -21,16 +21,20 @@ import shutil
 from pathlib import Path
 
 from ..errors import InvalidModelFile
-from .catalog import CatalogEntry, HubFile
+from .catalog import CatalogEntry, DraftSpec, HubFile
 from .files import ProgressFactory
 from .store import InstalledModel, ModelStore
 
 OUT_DIR = "converted"  # inside the pull's downloads folder
 
 
-def checkpoint_tag(files: tuple[HubFile, ...]) -> str:
-    """The manifest's draft_source of a draft converted from these exact files."""
-    pins = "\n".join(sorted(f"{f.file}:{f.sha256}" for f in files))
+def checkpoint_tag(spec: DraftSpec) -> str:
+    """The manifest's draft_source of a draft converted from this checkpoint: its files' pins, or the
+    commit that fixes them."""
+    if spec.commit is not None:
+        pins = f"{spec.commit.repo}@{spec.commit.revision}"
+    else:
+        pins = "\n".join(sorted(f"{f.file}:{f.sha256}" for f in spec.checkpoint))
     return f"hub-checkpoint:{hashlib.sha256(pins.encode()).hexdigest()[:16]}"
 
 
@@ -52,10 +56,11 @@ class _Bar:
             self.bar.close()
 
 
-def convert_and_pair(store: ModelStore, entry: CatalogEntry, downloads: Path, progress: ProgressFactory,
-                     ) -> InstalledModel:
-    """Convert the verified checkpoint in `downloads` for the installed target of `entry`, then pair it.
-    A refused checkpoint raises InvalidModelFile with the converter's reason."""
+def convert_and_pair(store: ModelStore, entry: CatalogEntry, ckpt: tuple[HubFile, ...], hashes: dict[str, str],
+                     downloads: Path, progress: ProgressFactory) -> InstalledModel:
+    """Convert the verified checkpoint `ckpt` in `downloads` (`hashes`: each file's sha256) for the
+    installed target of `entry`, then pair it; the manifest records what it was converted from. A
+    refused checkpoint raises InvalidModelFile with the converter's reason."""
     from gguf_tools.convert.errors import ConvertError  # the converter loads only for this step
     from gguf_tools.dflash.convert import convert_draft
 
@@ -64,23 +69,24 @@ def convert_and_pair(store: ModelStore, entry: CatalogEntry, downloads: Path, pr
     out_dir = downloads / OUT_DIR
     shutil.rmtree(out_dir, ignore_errors=True)  # what a killed conversion left: start it over
     out_dir.mkdir(parents=True)
-    bar = _Bar(progress, f"convert {spec.checkpoint[0].repo}")
+    bar = _Bar(progress, f"convert {ckpt[0].repo}")
     try:
         try:
             r = convert_draft(downloads, m.path, out_dir / "draft.gguf", progress=bar)
         except ConvertError as e:
-            raise InvalidModelFile(f"the checkpoint {spec.checkpoint[0].repo} cannot be converted: {e}") from e
+            raise InvalidModelFile(f"the checkpoint {ckpt[0].repo} cannot be converted: {e}") from e
         finally:
             bar.close()
         if (r.kind, r.block_size) != (spec.kind, spec.block_size):  # the catalog promised another draft
             raise InvalidModelFile(f"the checkpoint converts to a {r.kind} draft of block {r.block_size}, but the "
                                    f"catalog entry says {spec.kind} of block {spec.block_size}. HINT: fix the "
                                    "catalog entry's draft kind and block_size.")
-        m = store.pair(entry.name, r.path, progress=progress, source=checkpoint_tag(spec.checkpoint), move=True)
+        m = store.pair(entry.name, r.path, progress=progress, source=checkpoint_tag(spec), move=True)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)  # paired (moved away), refused or interrupted: nothing stays
     store.note(entry.name, draft_converted_from={
-        "repo": spec.checkpoint[0].repo, "revision": spec.checkpoint[0].revision,
-        "files": {f.file: f.sha256 for f in spec.checkpoint}, "layout": r.layout, "class": r.hf_class,
+        "repo": ckpt[0].repo, "revision": ckpt[0].revision, "pinned": "commit" if spec.commit else "files",
+        "files": {f.file: hashes[f.file] for f in ckpt}, "sizes": {f.file: f.size for f in ckpt},
+        "layout": r.layout, "class": r.hf_class,
         "dtype": r.dtype})
     return store.get(entry.name)

@@ -47,3 +47,13 @@ def sha256(path: Path, progress: ProgressFactory, desc: str) -> str:
             bar.update(len(chunk))
     bar.close()
     return h.hexdigest()
+
+
+def git_blob_id(path: Path) -> str:
+    """git's id of the file's bytes (the sha1 of "blob <size>\\0" and the bytes): how the Hub's tree names
+    a small file it keeps in git rather than LFS, for which it gives no sha256."""
+    h = hashlib.sha1(b"blob %d\0" % path.stat().st_size)
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()

@@ -30,7 +30,7 @@ from huggingface_hub.utils import build_hf_headers
 from tqdm.auto import tqdm
 
 from ..errors import Cancelled, DownloadError, HubAccessDenied, NotEnoughDisk
-from .catalog import HubFile
+from .catalog import CommitPin, HubFile
 from .files import ProgressFactory
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -97,6 +97,30 @@ def check_pin(f: HubFile, token: str | bool | None = None) -> None:
         raise DownloadError(f"{endpoint()} lists {f.repo}/{f.file} at commit {f.revision[:12]} with size {entry.size} "
                             f"and sha256 {sha}, but the catalog pins size {f.size} and sha256 {f.sha256}; nothing was "
                             "downloaded. HINT: if you use a mirror (HF_ENDPOINT), it serves a different file.")
+
+
+def checkpoint_files(pin: CommitPin, token: str | bool | None = None) -> tuple[HubFile, ...]:
+    """A checkpoint pinned by commit alone, as the Hub's tree at that commit lists it: config.json and
+    the *.safetensors at the repository's top, each with its size and its hash there (the LFS sha256,
+    or git's blob id for a file kept in git). DownloadError, saying why, when the commit does not exist
+    or holds no checkpoint the converter reads."""
+    where = HubFile(pin.repo, pin.revision, "the file list", 0, None, pin.license)
+    if offline():
+        raise _offline(where)
+    try:
+        listed = [i for i in HfApi(endpoint=endpoint(), token=token).list_repo_tree(pin.repo, revision=pin.revision)
+                  if getattr(i, "size", None) is not None]  # files; folders have no size
+    except Exception as e:  # noqa: BLE001  (mapped to one clear message)
+        raise _explain(e, where) from e
+    files = sorted((i for i in listed if i.path == "config.json" or i.path.endswith(".safetensors")),
+                   key=lambda i: i.path)
+    if [i.path for i in files[:1]] != ["config.json"] or len(files) < 2:
+        names = ", ".join(sorted(i.path for i in listed)[:8]) or "nothing"
+        raise DownloadError(f"{pin.repo} at commit {pin.revision[:12]} holds no draft checkpoint: a config.json and "
+                            f"*.safetensors at its top were expected, and it has {names}. HINT: the catalog entry "
+                            "names the wrong repository or commit; fix it, or update flashdesk.")
+    return tuple(HubFile(pin.repo, pin.revision, i.path, i.size, i.lfs.sha256 if i.lfs else None, pin.license,
+                         None if i.lfs else i.blob_id) for i in files)
 
 
 def download(f: HubFile, folder: Path, *, progress: ProgressFactory, token: str | bool | None = None) -> Path:

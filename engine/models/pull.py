@@ -68,11 +68,11 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
     """Target and draft from a Hugging Face endpoint: both are fetched (resuming what a killed pull
     left in `<home>/downloads/<name>/`) and every draft file verified before the target is installed;
     then the draft is paired (a checkpoint draft converted first: draft_convert.py). Nothing enters the
-    store unverified."""
+    store unverified. A draft checkpoint pinned by commit alone is listed from the Hub's tree at that
+    commit first; a commit that is gone or holds no checkpoint leaves the target installed, unpaired."""
     t, spec = entry.target, entry.draft
     d = spec.hub if spec and spec.hub else None
-    ckpt = spec.checkpoint if spec and not d else ()
-    tag = _draft_tag(d) if d else checkpoint_tag(ckpt) if ckpt else None
+    tag = _draft_tag(d) if d else checkpoint_tag(spec) if spec and spec.converted else None
     try:
         have = store.get(entry.name)
         have_target = have.sha256 == t.sha256 and have.size == t.size
@@ -82,18 +82,23 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
     # the draft is in (this very one), or the user chose their own or none: a pull does not undo that
     have_draft = bool(have_target and tag is not None and (have.draft and man.get("draft_source") == tag
                                                            or man.get("draft_choice") == "user"))
-    drafts = [] if tag is None or have_draft else [d] if d else list(ckpt)
+    from . import hub  # huggingface_hub loads when a Hub file is fetched: the app bundle leaves it out
+    refused = None  # why a draft pinned by commit cannot be had
+    drafts: list[HubFile] = []
+    if tag is not None and not have_draft:
+        try:
+            drafts = [d] if d else list(spec.checkpoint) or list(hub.checkpoint_files(spec.commit))
+        except DownloadError as e:
+            refused = e
     want = ([] if have_target else [t]) + drafts
-    if not want:
+    if not want and refused is None:
         return have
     downloads = store.home / "downloads" / entry.name
-    from . import hub  # huggingface_hub loads when a Hub file is fetched: the app bundle leaves it out
     hub.check_disk(want, downloads)
     for f in want:
         hub.check_pin(f)
     paths = {f.file: hub.download(f, downloads, progress=progress) for f in want}
-    for f in drafts:  # a checkpoint is verified before it is converted, as a GGUF before it is paired
-        _verify_download(paths[f.file], f, downloads, progress)
+    hashes = {f.file: _verify_download(paths[f.file], f, downloads, progress) for f in drafts}  # before converting
     if not have_target:
         src = paths[t.file]
         # Hashed where it was downloaded, then moved into the store without a second hash: a pull killed
@@ -104,29 +109,36 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
                           expect_sha=t.sha256, progress=progress, options=entry.options(), hashed=True)
     else:
         m = have
-    if drafts:
-        try:
-            if d is not None:
-                m = store.pair(entry.name, paths[d.file], progress=progress, source=tag, move=True)
-            else:
-                m = convert_and_pair(store, entry, downloads, progress)
-        except Cancelled:
-            raise  # the user's cancel, not a refusal: pull() gives the disk back
-        except EngineError as e:  # the catalog paired a draft that does not fit: say the model itself is in
-            shutil.rmtree(downloads, ignore_errors=True)
-            raise DownloadError(f"{entry.name} is installed and runs without speculation, but its draft was "
-                                f"refused: {e.message}") from e
+    try:
+        if refused is not None:
+            raise refused
+        if d is not None:
+            m = store.pair(entry.name, paths[d.file], progress=progress, source=tag, move=True)
+        elif drafts:
+            m = convert_and_pair(store, entry, tuple(drafts), hashes, downloads, progress)
+    except Cancelled:
+        raise  # the user's cancel, not a refusal: pull() gives the disk back
+    except EngineError as e:  # the catalog paired a draft that does not fit: say the model itself is in
+        shutil.rmtree(downloads, ignore_errors=True)
+        raise DownloadError(f"{entry.name} is installed and runs without speculation, but its draft was "
+                            f"refused: {e.message}") from e
     shutil.rmtree(downloads, ignore_errors=True)
     return m
 
 
-def _verify_download(path: Path, f: HubFile, downloads: Path, progress: ProgressFactory) -> None:
-    if path.stat().st_size != f.size or files.sha256(path, progress, f"verify {f.file}") != f.sha256:
+def _verify_download(path: Path, f: HubFile, downloads: Path, progress: ProgressFactory) -> str:
+    """The file's sha256, once its size and hash are the pinned ones (git's blob id where the Hub
+    keeps the file in git); a file that is not is deleted and refused."""
+    ok = path.stat().st_size == f.size
+    digest = files.sha256(path, progress, f"verify {f.file}") if ok else ""
+    ok = ok and (digest == f.sha256 if f.sha256 is not None else files.git_blob_id(path) == f.blob_id)
+    if not ok:
         from . import hub
         hub.discard(downloads, f)
         raise DownloadError(f"{f.file} from {f.repo} does not have the pinned sha256; it was deleted and nothing "
                             "was installed. HINT: pull again; if it repeats, your mirror (HF_ENDPOINT) serves a "
                             "different file.")
+    return digest
 
 
 def _draft_tag(f: HubFile) -> str:

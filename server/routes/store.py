@@ -128,7 +128,7 @@ def catalog_json(e: CatalogEntry, offer: tiers.Offer, installed: dict[str, Insta
     d = e.draft
     draft = None if d is None else {
         "kind": d.kind, "block_size": d.block_size, "n_draft": d.n_draft, "license": d.license, "size": d.size,
-        **(_file_json(d.hub) if d.hub else _checkpoint_json(d) if d.checkpoint else
+        **(_file_json(d.hub) if d.hub else _checkpoint_json(d) if d.converted else
            {"source": "shipped", "file": d.shipped})}
     m = installed.get(e.name)
     return {"name": e.name, "title": e.title, "summary": e.summary, "summaries": e.summaries,
@@ -138,11 +138,15 @@ def catalog_json(e: CatalogEntry, offer: tiers.Offer, installed: dict[str, Insta
             "fits": offer.fits, "recommended": offer.recommended, "cpu": e.cpu, "source": e.source,
             "speed": _speed_json(offer.speed),
             "installed": m is not None and m.sha256 == e.target.sha256,
-            "has_draft": d is not None and (d.hub is not None or bool(d.checkpoint) or e.draft_file is not None)}
+            "has_draft": d is not None and (d.hub is not None or d.converted or e.draft_file is not None)}
 
 
 def _checkpoint_json(d: DraftSpec) -> dict:
-    """A draft published as safetensors: its files, converted to GGUF on this computer when pulled."""
+    """A draft published as safetensors: its files, converted to GGUF on this computer when pulled
+    (`files` null: pinned by commit alone, the pull reads them from the Hub's tree there)."""
+    if d.commit is not None:
+        return {"source": "huggingface-checkpoint", "repo": d.commit.repo, "revision": d.commit.revision,
+                "converted": True, "files": None}
     first = d.checkpoint[0]
     return {"source": "huggingface-checkpoint", "repo": first.repo, "revision": first.revision, "converted": True,
             "files": [{"file": f.file, "size": f.size, "sha256": f.sha256} for f in d.checkpoint]}

@@ -126,3 +126,26 @@ def test_a_draft_published_as_a_checkpoint_is_named_by_its_files():
     with pytest.raises(catalog.CatalogError, match="names a file twice"):
         catalog.parse(doc([{"file": "config.json", **pin}, {"file": "model.safetensors", **pin},
                            {"file": "config.json", **pin}]), "test")
+
+
+def test_a_checkpoint_can_be_pinned_by_its_commit_alone():
+    """Issue 53, item 1: repo, commit and licence, and an estimate of the bytes for the memory fit;
+    the files are read from the Hub's tree at that commit when pulled. Files and estimate together,
+    or neither, is refused."""
+    target = {"hub": {"repo": "org/T-GGUF", "revision": "b" * 40, "file": "T-Q8_0.gguf", "size": 100,
+                      "sha256": "c" * 64, "license": "Apache-2.0"}}
+
+    def doc(**checkpoint):
+        draft = {"kind": "dflash2", "block_size": 16, "n_draft": {"cuda": 7, "metal": 3, "cpu": 3},
+                 "checkpoint": {"repo": "z-lab/T-DFlash", "revision": "d" * 40, "license": "MIT", **checkpoint}}
+        return {"models": [{"name": "t", "title": "T", "target": target, "kv_bytes_per_token": 1, "draft": draft}]}
+
+    (e,) = catalog.parse(doc(size_estimate=1 << 30), "test")
+    assert e.draft.checkpoint == () and e.draft.converted
+    assert e.draft.commit == catalog.CommitPin("z-lab/T-DFlash", "d" * 40, "MIT", 1 << 30)
+    assert (e.draft.license, e.draft.size, e.download_bytes) == ("MIT", 1 << 30, 100 + (1 << 30))
+    files = [{"file": "config.json", "size": 1, "sha256": "a" * 64}, {"file": "m.safetensors", "size": 1,
+                                                                       "sha256": "a" * 64}]
+    for bad in (doc(), doc(size_estimate=5, files=files)):
+        with pytest.raises(catalog.CatalogError):
+            catalog.parse(bad, "test")

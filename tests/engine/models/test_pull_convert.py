@@ -9,6 +9,7 @@ refuses, and a converted draft with hostile bounds, leave the model installed an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from dataclasses import replace
@@ -70,8 +71,9 @@ def hub_env(standin, monkeypatch, tmp_path):
     return standin
 
 
-def entry(home: Path, name: str, standin, files, key: str, **pin_override) -> None:
-    """A user catalog entry: the tiny target and the checkpoint `key` as its draft."""
+def entry(home: Path, name: str, standin, files, key: str, by_commit: str | None = None, **pin_override) -> None:
+    """A user catalog entry: the tiny target and the checkpoint `key` as its draft; `by_commit`, the
+    checkpoint pinned by that commit alone."""
     repo, kind = (BAD, "dflash2") if key == "bad" else (LAYOUTS[key][0], LAYOUTS[key][2])
     path = catalog_entry(home, name, hub_file(TARGET, standin.revs[TARGET], files["target"]))
     data = json.loads(path.read_text())
@@ -81,6 +83,9 @@ def entry(home: Path, name: str, standin, files, key: str, **pin_override) -> No
     data["models"][0]["draft"] = {"kind": kind, "block_size": 4, "n_draft": {"cuda": 3, "metal": 3, "cpu": 3},
                                   "checkpoint": {"repo": repo, "revision": standin.revs[repo], "files": pins,
                                                  "license": "MIT"}}
+    if by_commit is not None:
+        data["models"][0]["draft"]["checkpoint"] = {"repo": repo, "revision": by_commit, "license": "MIT",
+                                                    "size_estimate": 1 << 20}
     path.write_text(json.dumps(data))
 
 
@@ -97,10 +102,10 @@ def test_each_layout_is_fetched_verified_converted_and_paired(hub_env, files, tm
     assert m.draft == "draft.gguf" and m.options["draft_kind"] == LAYOUTS[key][2]
     man = store.manifest(Path(m.path).parent)
     assert man["draft_kind"] == LAYOUTS[key][2] and man["draft_source"].startswith("hub-checkpoint:")
-    assert man["draft_converted_from"] | {"files": None} == {
+    assert man["draft_converted_from"] | {"files": None, "sizes": None} == {
         "repo": LAYOUTS[key][0], "revision": hub_env.revs[LAYOUTS[key][0]], "layout": LAYOUTS[key][1],
         "class": {"dflash2": "DFlash2DraftModel", "dflash1": "DFlashDraftModel"}[LAYOUTS[key][2]], "dtype": "f32",
-        "files": None}
+        "pinned": "files", "files": None, "sizes": None}
     assert folder_of(home, "tiny") == ["Tiny-Q8_0.gguf", "draft.gguf", "model.json"]
     assert not (home / "downloads" / "tiny").exists()
     n = len(hub_env.requests)
@@ -132,6 +137,61 @@ def test_the_converted_pairs_serve_losslessly(hub_env, files, tmp_path):
             eng.close()
         assert [c.tokens for c in spec] == plain, key
         assert all(c.usage.speculation for c in spec), "the draft must actually have drafted"
+
+
+def test_a_checkpoint_pinned_by_commit_alone_is_read_from_the_hubs_tree_verified_and_recorded(hub_env, files,
+                                                                                               tmp_path):
+    """Issue 53, item 1: the catalog names the repository and commit only; the pull lists the commit's
+    tree for config.json and the safetensors with their sizes and hashes, checks the bytes against
+    them, converts, pairs, and records what it checked in the installed manifest."""
+    home = tmp_path / "home"
+    repo = LAYOUTS["zlab2"][0]
+    entry(home, "tiny", hub_env, files, "zlab2", by_commit=hub_env.revs[repo])
+    store = ModelStore(home)
+    m = pull(store, "tiny", progress=no_progress)
+    assert m.draft == "draft.gguf"
+    made = store.manifest(Path(m.path).parent)["draft_converted_from"]
+    on_disk = {f: files["zlab2"] / f for f in ("config.json", "model.safetensors")}
+    assert made["pinned"] == "commit" and made["revision"] == hub_env.revs[repo]
+    assert made["files"] == {f: hashlib.sha256(p.read_bytes()).hexdigest() for f, p in on_disk.items()}
+    assert made["sizes"] == {f: p.stat().st_size for f, p in on_disk.items()}
+    n = len(hub_env.requests)
+    assert pull(store, "tiny", progress=no_progress).draft == "draft.gguf"  # idempotent, by the commit's tag
+    assert not hub_env.requests[n:]
+
+
+@pytest.mark.parametrize("commit, why", [("f" * 40, "has no commit ffffffffffff"),
+                                         ("target", "holds no draft checkpoint: a config.json and "
+                                                    r"\*.safetensors at its top were expected, and it has README.md")])
+def test_a_commit_that_is_gone_or_holds_no_checkpoint_leaves_the_target_installed_unpaired(hub_env, files, tmp_path,
+                                                                                          commit, why):
+    home = tmp_path / "home"
+    repo = LAYOUTS["zlab2"][0]
+    if commit == "target":  # a commit of the draft's repository with only a README in it
+        commit = hub_env.add_repo(repo, {"config.json": None, "model.safetensors": None})
+    entry(home, "tiny", hub_env, files, "zlab2", by_commit=commit)
+    with pytest.raises(DownloadError, match=f"tiny is installed and runs without speculation, but its draft was "
+                                            f"refused: .*{why}"):
+        pull(ModelStore(home), "tiny", progress=no_progress)
+    assert ModelStore(home).get("tiny").draft == "" and folder_of(home, "tiny") == ["Tiny-Q8_0.gguf", "model.json"]
+    assert not (home / "downloads" / "tiny").exists()
+
+
+def test_a_file_kept_in_git_is_checked_by_its_blob_id(tmp_path):
+    """The Hub's tree gives no sha256 for a small file it keeps in git (config.json): its git blob id,
+    which the download must match."""
+    from engine.models.catalog import HubFile
+    from engine.models.pull import _verify_download
+
+    config = tmp_path / "config.json"
+    config.write_bytes(b'{"a": 1}\n')
+    blob = hashlib.sha1(b"blob %d\0" % config.stat().st_size + config.read_bytes()).hexdigest()
+    pin = HubFile("o/r", "a" * 40, "config.json", config.stat().st_size, None, "MIT", blob)
+    assert _verify_download(config, pin, tmp_path, no_progress) == hashlib.sha256(config.read_bytes()).hexdigest()
+    config.write_bytes(b'{"a": 2}\n')  # the same size, other bytes
+    with pytest.raises(DownloadError, match="config.json from o/r does not have the pinned"):
+        _verify_download(config, pin, tmp_path, no_progress)
+    assert not config.exists()  # refused and deleted
 
 
 def test_a_checkpoint_that_does_not_hash_to_its_pin_is_never_converted(hub_env, files, tmp_path, monkeypatch):
