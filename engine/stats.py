@@ -31,7 +31,8 @@ class SpeculationFacts:
     """What an engine does with speculation, as /health publishes it: the drafters it has (and the
     DFlash draft's kind), its default mode, whether speculation is exact on this build (`exact`, the
     reason in `exact_why`) and on (`enabled`), on a banded build the most verify rows it stays exact
-    for (`max_rows`; None: any), the cost curve's state, what it did for recent answers here, and
+    for (`max_rows`; None: any), the cost curve's state, what it did for recent answers here (and
+    for those the DFlash draft drafted for: the words about the draft follow what it did), and
     how prompts are cut so that answers do not depend on what was cached (`prompt_chunk`).
     A backend's are unknown here (None) and `backend` says so."""
 
@@ -45,6 +46,7 @@ class SpeculationFacts:
     draft_error: str | None = None  # why a configured draft is not in use
     cost_curve: str = "none"  # ready | learning | none
     measured: dict | None = None  # {"answers", "speedup"} over recent answers; None before one
+    draft_measured: dict | None = None  # the same over the answers the DFlash draft drafted for; None before one
     backend: bool = False  # a backend server speculates by its own configuration
     prompt_chunk: int | None = None  # prompts cut at multiples of this, each chunk alone (engine/chunks.py)
     prompt_why: str = ""  # why, in words

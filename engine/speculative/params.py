@@ -157,3 +157,11 @@ class MeasuredGain:
         if not self.answers:
             return None
         return {"answers": self.answers, "speedup": round(self.speedup, 2)}
+
+    @staticmethod
+    def pooled(gains: list["MeasuredGain"]) -> dict | None:
+        """as_dict of several drafters' answers together."""
+        answers, spent = sum(g.answers for g in gains), sum(g.spent_ms for g in gains)
+        if not answers or spent <= 0:
+            return None
+        return {"answers": answers, "speedup": round(sum(g.plain_ms for g in gains) / spent, 2)}

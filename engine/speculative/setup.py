@@ -143,7 +143,9 @@ class Speculation:
         return SpeculationFacts(sorted(self.drafters), self.config.spec_mode, ex.exact, ex.why, self.enabled,
                                 ex.max_rows, draft, self.draft_error, self.cost_curve, self.gain.as_dict(),
                                 prompt_chunk=self.chunks.size if self.chunks.aligned else None,
-                                prompt_why=self.chunks.why)
+                                prompt_why=self.chunks.why,
+                                draft_measured=MeasuredGain.pooled([r.gain for mode, r in self.policy.records.items()
+                                                                    if DFLASH in mode.split("+")]))
 
     # -- worker thread only, from here on ---------------------------------------------
 

@@ -174,6 +174,31 @@ def test_the_page_says_what_the_speed_up_measured_here(tab):
         "over the last 30 answers it saved next to nothing (1.0×)")
 
 
+def test_the_draft_is_described_by_what_it_did_here(tab):
+    """Issue 53, item 7: "On" never promises a speed-up; once the draft has drafted for answers, the
+    card says what they measured, and says plainly where it cost about what it won."""
+    measured = {"value": None}
+
+    def with_draft(route):
+        health = route.fetch().json()
+        if health.get("speculation"):
+            health["speculation"] |= {"exact": True, "enabled": True, "drafters": ["dflash", "lookup"],
+                                      "draft_error": None, "draft_measured": measured["value"]}
+        route.fulfill(json=health)
+
+    tab.page.route("**/health", with_draft)
+    smol = card(tab.open("#/models"), "smollm2")
+    expect(smol).to_contain_text("On: the draft is loaded. How much faster it makes answers here is measured")
+    expect(smol).not_to_contain_text("makes answers faster.")
+    measured["value"] = {"answers": 9, "speedup": 1.42}
+    tab.page.reload()
+    expect(card(tab.page, "smollm2")).to_contain_text("On: the last 9 answers the draft guessed for came about 1.4×")
+    measured["value"] = {"answers": 40, "speedup": 0.97}
+    tab.page.reload()
+    expect(card(tab.page, "smollm2").locator(".warn-text")).to_contain_text(
+        "On, but here the draft costs about what it wins (1.0× over 40 answers)")
+
+
 SMOL = {"name": "smollm2", "title": "SmolLM2-135M-Instruct (Q4_1)", "size": 98362432, "license": "Apache-2.0",
         "has_draft": True}
 SMOL_INSTALLED = {"name": "smollm2", "object": "store.model", "file": "SmolLM2-135M-Instruct.Q4_1.gguf",

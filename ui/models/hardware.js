@@ -96,13 +96,24 @@ function speculationFacts(health, system) {
   return { text: t("models.speed_off"), cls: "warn-text", why: sp.exact_why };
 }
 
+const FASTER = 1.05; // a measured speed-up below this saved next to nothing
+
 /** What the speed-up did here for recent answers (server/speculation.py `measured`), never a promise:
  * a computer where checking guesses costs about what it wins says so. */
 function measuredText(m) {
   if (!m) return t("models.speed_measured_none");
   const x = formatNumber(m.speedup, 1);
-  return m.speedup >= 1.05 ? t("models.speed_measured", { n: formatNumber(m.answers), x })
+  return m.speedup >= FASTER ? t("models.speed_measured", { n: formatNumber(m.answers), x })
     : t("models.speed_measured_flat", { n: formatNumber(m.answers), x });
+}
+
+/** The loaded draft, in the words of what it did here (`draft_measured`: the answers it drafted for),
+ * never a promise: on a computer where it costs what it wins, automatic mode leaves it for lookup. */
+function draftNow(m) {
+  if (!m) return { text: t("models.speed_draft_on"), cls: "ok-text" };
+  const x = formatNumber(m.speedup, 1), n = formatNumber(m.answers);
+  return m.speedup >= FASTER ? { text: t("models.speed_draft_measured", { n, x }), cls: "ok-text" }
+    : { text: t("models.speed_draft_flat", { n, x }), cls: "warn-text" };
 }
 
 /** What the speed-up does right now for the served model `m` (a model card's "Speed-up now"), from /health. */
@@ -112,7 +123,7 @@ export function speedNow(m, health) {
   // the engine's own words for why (its load-time measurement): this model's memory, or this computer's build
   if (!sp.enabled) return { text: t("models.speed_off_here"), cls: "muted", why: sp.exact_why };
   if (sp.draft_error) return { text: t("models.speed_draft_error", { message: sp.draft_error }), cls: "warn-text" };
-  if ((sp.drafters || []).includes("dflash")) return { text: t("models.speed_draft_on"), cls: "ok-text" };
+  if ((sp.drafters || []).includes("dflash")) return draftNow(sp.draft_measured);
   if (m.draft) return { text: t("models.speed_draft_not_loaded"), cls: "warn-text" };
   return { text: t("models.speed_lookup_only"), cls: "" };
 }

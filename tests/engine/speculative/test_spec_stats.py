@@ -22,3 +22,19 @@ def test_speedup_prefers_the_requests_own_plain_steps():
         s.record(3, 2)
     s.verify_ms = 200.0
     assert s.speedup(10.0) == round(40 * 20.0 / 400.0, 2)
+
+
+def test_the_drafts_gain_pools_the_answers_of_every_mode_it_drafts_in():
+    """MeasuredGain.pooled: /health's draft_measured (dflash alone and beside the spans), time-weighted."""
+    from engine.speculative.params import MeasuredGain
+
+    a, b = MeasuredGain(), MeasuredGain()
+    assert MeasuredGain.pooled([a, b]) is None  # nothing drafted yet: nothing said
+    s = SpecStats(mode="dflash")
+    for _ in range(10):
+        s.record(3, 2)
+    s.verify_ms = 150.0
+    a.add(s, 10.0)  # 300 ms of plain decoding in 150
+    t = SpecStats(mode="grammar+lookup+dflash", plain_steps=10, plain_ms=100.0)
+    b.add(t, 10.0)  # plain all along: 1.0x
+    assert MeasuredGain.pooled([a, b]) == {"answers": 2, "speedup": round(400.0 / 250.0, 2)}
