@@ -27,6 +27,7 @@ import sys
 import threading
 
 from .check import GGUFFormatError
+from .dflash.convert import DTYPES
 from .convert.cli import add_convert_parser
 from .inspect import format_report, inspect_gguf
 from .quantize import QTYPES, QuantizeFailed, QuantizeRefused, partial_path, quantize
@@ -65,8 +66,8 @@ def add_parsers(sub) -> None:
     s.add_argument("hf_dir", metavar="DRAFT_HF_DIR", help="the draft's folder (holds config.json)")
     s.add_argument("--target", required=True, metavar="TARGET.gguf", help="the GGUF of the model the draft is for")
     s.add_argument("--out", help="GGUF file to write (default: DRAFT_HF_DIR/<name>-<dtype>.gguf)")
-    s.add_argument("--dtype", choices=("auto", "f32", "f16"), default="auto",
-                   help="matrix type: auto (f16 for half-precision checkpoints, else f32), f32 or f16")
+    s.add_argument("--dtype", choices=DTYPES, default="auto",
+                   help="matrix type: auto (the checkpoint's own: bf16 or f16, else f32), f32, f16, bf16 or q8_0")
     s.add_argument("--force", action="store_true", help="overwrite an existing output file")
     s.add_argument("--json", action="store_true", help="print the report as one JSON object")
     s.set_defaults(func=cmd_convert_draft)

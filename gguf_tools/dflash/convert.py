@@ -40,9 +40,10 @@ from ..convert.safetensors_reader import TensorRef, find_tensors, read_tensor, t
 from .convert_config import SUPPORTED_CLASSES, draft_config, load_config
 from .format import DraftConfig, kind_words, tensor_shapes
 from .speculators import drop_verifier_copies
-from .write import write_dflash_draft
+from .write import MATRIX_DTYPES, write_dflash_draft
 
-DTYPES = ("auto", "f32", "f16")
+DTYPES = ("auto", *MATRIX_DTYPES)
+BYTES_PER_VALUE = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32}  # q8_0: 32 int8 and an f16 scale
 F16_MAX = 65504.0
 Progress = Callable[[int, int], None]
 
@@ -90,7 +91,7 @@ class ConvertDraftReport:
     target_layers: tuple[int, ...]  # llama.cpp capture ids (HF ids + 1)
     block_size: int
     selector_top_k: int  # 0 for a plain DFlash (v1) draft
-    dtype: str  # "f32" | "f16" (2-D weights; norms and conv bases stay f32)
+    dtype: str  # MATRIX_DTYPES (2-D weights; norms and conv bases stay f32)
     n_tensors: int
     n_params: int
     source_bytes: int
@@ -152,9 +153,11 @@ def _pick_dtype(dtype: str, plan: dict[str, TensorRef]) -> str:
         raise ConvertError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if dtype != "auto":
         return dtype
-    # half-precision sources lose (almost) nothing in f16: BF16's 8-bit mantissa fits f16's 10 bits; only
-    # values below f16's normal range (~6e-5) round, by < 3e-8; values beyond it are refused below
-    return "f16" if all(r.dtype in ("F16", "BF16") for r in plan.values() if len(r.shape) == 2) else "f32"
+    # A published draft keeps its own precision, bit for bit. BF16 stays bf16, not f16: llama.cpp computes
+    # an f16 matrix's product in f16 on a processor, and a large target's fused hidden states pass f16's
+    # 65,504 (the reported collapse of DFlash drafts run in fp16); bf16 has f32's range.
+    kinds = {r.dtype for r in plan.values() if len(r.shape) == 2}
+    return {frozenset({"BF16"}): "bf16", frozenset({"F16"}): "f16"}.get(frozenset(kinds), "f32")
 
 
 def convert_draft(hf_dir: str | os.PathLike, target_gguf: str | os.PathLike, out: str | os.PathLike | None = None,
@@ -171,8 +174,7 @@ def convert_draft(hf_dir: str | os.PathLike, target_gguf: str | os.PathLike, out
     plan = plan_tensors(cfg, refs)
     dtype = _pick_dtype(dtype, plan)
     out = Path(out) if out is not None else hf_dir / f"{file_stem(cfg.name)}-{dtype}.gguf"
-    elem = 2 if dtype == "f16" else 4
-    partial = prepare_out(out, force, sum(r.n_elements for r in plan.values()) * elem)
+    partial = prepare_out(out, force, int(sum(r.n_elements for r in plan.values()) * BYTES_PER_VALUE[dtype]))
     total, done = sum(r.nbytes for r in plan.values()), 0
     tensors: dict[str, np.ndarray] = {}
     for g, ref in plan.items():

@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from gguf import GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, quants
 
 from ..check import check_gguf
 from .format import (ARCH, CAUSAL_KEY, FLOAT_KEYS, HIDDEN_ACT_KEY, MASK_KEY, OPTIONAL_FLOAT_KEYS, SLIDING_PATTERN_KEY,
@@ -101,13 +101,36 @@ def _write_options(w: GGUFWriter, cfg: DraftConfig) -> None:
         w.add_string(HIDDEN_ACT_KEY, cfg.hidden_act)
 
 
+# How the 2-D weights are stored (norms, conv bases and d2t stay as they are). On a processor llama.cpp
+# converts the activations a matmul reads to the weight's own type first: with f16 weights a hidden
+# state beyond 65,504 (the fused target features of a large model) becomes infinite, which is the
+# reported collapse of DFlash drafts run in fp16. bf16 keeps f32's range; q8_0 scales each 32 values.
+MATRIX_DTYPES = ("f32", "f16", "bf16", "q8_0")
+_GGML = {"bf16": GGMLQuantizationType.BF16, "q8_0": GGMLQuantizationType.Q8_0}
+
+
+def _stored(t: np.ndarray, matrix_dtype: str) -> tuple[np.ndarray, GGMLQuantizationType | None]:
+    """A tensor as written: its array and, for a packed type, the GGML type the bytes hold."""
+    if t.dtype == np.int64 or t.ndim != 2 or matrix_dtype == "f32":
+        return t.astype(np.float32) if t.dtype != np.int64 else t, None
+    if matrix_dtype == "f16":
+        return t.astype(np.float16), None
+    if matrix_dtype == "q8_0" and t.shape[1] % 32:  # q8_0 packs rows in blocks of 32
+        return t.astype(np.float32), None
+    kind = _GGML[matrix_dtype]
+    return quants.quantize(t.astype(np.float32), kind), kind
+
+
 def write_dflash_draft(path: str | os.PathLike, cfg: DraftConfig, tensors: dict[str, np.ndarray],
                        target_path: str | os.PathLike, *, matrix_dtype: str = "f32") -> None:
     """Write `tensors` (see `tensor_shapes`) as a draft of `cfg.kind` for the target GGUF.
 
-    `matrix_dtype` "f16" halves the file: it applies to 2-D weights (norms, conv bases
-    and d2t stay as they are). Raises ValueError on any inconsistency, before writing.
+    `matrix_dtype` (MATRIX_DTYPES) stores the 2-D weights: "f16" and "bf16" halve the file, "q8_0"
+    about quarters it (a row not a multiple of 32 wide stays f32). Raises ValueError on any
+    inconsistency, before writing.
     """
+    if matrix_dtype not in MATRIX_DTYPES:
+        raise ValueError(f"matrix_dtype {matrix_dtype!r} is not one of {', '.join(MATRIX_DTYPES)}")
     cfg.validate()
     _check_tensors(cfg, tensors)
     target = check_gguf(target_path, arrays=(TOKENIZER_PREFIX,))
@@ -130,10 +153,8 @@ def write_dflash_draft(path: str | os.PathLike, cfg: DraftConfig, tensors: dict[
             w.add_key_value(key, value, *target.types[key])
     w.add_uint32(MASK_KEY, int(cfg.mask_token_id))
     for name in sorted(tensors):
-        t = np.ascontiguousarray(tensors[name])
-        if t.dtype != np.int64:
-            t = t.astype(np.float16 if matrix_dtype == "f16" and t.ndim == 2 else np.float32)
-        w.add_tensor(name, t)
+        t, packed = _stored(np.ascontiguousarray(tensors[name]), matrix_dtype)
+        w.add_tensor(name, t, raw_dtype=packed)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -151,4 +172,4 @@ def write_random_draft(path: str | os.PathLike, target_path: str | os.PathLike, 
     return cfg
 
 
-__all__ = ["random_tensors", "write_dflash_draft", "write_random_draft"]
+__all__ = ["MATRIX_DTYPES", "random_tensors", "write_dflash_draft", "write_random_draft"]

@@ -58,11 +58,11 @@ def test_plain_dflash_v1_converts_to_a_draft_that_runs_losslessly(v1_ckpt, cfg, 
     src, weights = v1_ckpt
     r = convert_draft(src, model_path, tmp_path / "v1.gguf")
     assert (r.hf_class, r.kind, r.selector_top_k, r.block_size, r.dtype) == ("DFlashDraftModel", "dflash1", 0, WIDTH,
-                                                                              "f16")
+                                                                              "bf16")
     stored = gguf_tensors(r.path)
     assert set(stored) == set(weights)
-    for k, v in weights.items():  # BF16 -> f16 rounds only below f16's normal range, by < 3e-8 (convert.py)
-        np.testing.assert_allclose(stored[k].reshape(v.shape).astype(np.float32), v, rtol=0, atol=3e-8, err_msg=k)
+    for k, v in weights.items():  # BF16 stays bf16, bit for bit (convert.py)
+        np.testing.assert_array_equal(stored[k].reshape(v.shape).astype(np.float32), v, err_msg=k)
     meta = check_gguf(r.path).metadata
     assert not [k for k in meta if "selector" in k or "conv" in k]
     read = DraftConfig.from_gguf(r.path)
