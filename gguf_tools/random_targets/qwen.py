@@ -58,6 +58,7 @@ class Dims:
     # n_rot / 2, like the real [11, 11, 10, 0] for n_rot 64. For text all position axes are equal.
     n_rot_35: int = 8
     rope_sections_35: tuple[int, int, int, int] = (2, 1, 1, 0)
+    tied: bool = True  # the output matrix is the token embeddings (Qwen3-8B has its own: a second vocab matmul's bytes)
 
     @property
     def ssm_inner(self) -> int:  # value_dim
@@ -89,7 +90,8 @@ def _common(d: Dims, arch_rope_base: float) -> dict[str, object]:
 
 
 def _embeddings(d: Dims, n_vocab: int) -> dict[str, tuple[int, ...]]:
-    return {"token_embd.weight": (n_vocab, d.n_embd), "output_norm.weight": (d.n_embd,)}
+    own = {} if d.tied else {"output.weight": (n_vocab, d.n_embd)}
+    return {"token_embd.weight": (n_vocab, d.n_embd), "output_norm.weight": (d.n_embd,)} | own
 
 
 def _attention(d: Dims, p: str, q_out: int) -> dict[str, tuple[int, ...]]:

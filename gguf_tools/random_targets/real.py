@@ -8,7 +8,8 @@ checks the CPU tier's speed prediction against them).
 Shapes are the published configs' (Hugging Face config.json / model cards): Qwen3.5-2B and -4B
 (hybrid: 3 Gated DeltaNet layers to 1 gated full-attention layer; 128-wide linear heads; 256-wide
 attention heads roped on a quarter, M-RoPE sections [11, 11, 10]; tied embeddings of 248,320
-rows) and Qwen3-4B-Instruct-2507 (dense; 151,936 rows, tied). The written Q4_K_M file comes within
+rows), Qwen3-4B-Instruct-2507 (dense; 151,936 rows, tied) and Qwen3-8B (dense, 4096 wide, 36
+layers; its own output matrix). The written Q4_K_M file comes within
 a few per cent of the published one's size (a check that the shape is right: test_random_targets).
 No MTP (nextn) layer and no vision tower: llama.cpp's text decode reads neither.
 """
@@ -39,7 +40,27 @@ SHAPES = {
                                            rope_sections_35=(11, 11, 10, 0)), 248320),
     "qwen3-4b": RealShape("qwen3", Dims(n_embd=2560, n_layer=36, n_ff=9728, n_head=32, n_head_kv=8, head_dim=128),
                           151936),
+    "qwen3-8b": RealShape("qwen3", Dims(n_embd=4096, n_layer=36, n_ff=12288, n_head=32, n_head_kv=8, head_dim=128,
+                                        tied=False), 151936),
 }
+
+
+# The published DFlash drafts paired with these entries (engine/models/catalog.json): five Qwen3-style
+# layers at the target's widths, a block of 16, plain DFlash (a logit per slot, through the target's
+# own output matrix), five taps spread over the target (for Qwen3-8B the published 1, 9, 17, 25, 33).
+# Their file sizes (1.00 and 1.95 GiB of bf16) match these shapes within a few per cent.
+DRAFT_LAYERS = {"qwen3.5-4b": 5, "qwen3-8b": 5}
+DRAFT_BLOCK = 16
+
+
+def write_real_draft(path: str | os.PathLike, name: str, target_path: str | os.PathLike, *,
+                     matrix_dtype: str = "bf16", seed: int = 0):
+    """A random plain DFlash draft of the entry `name`'s published draft shape for the target at
+    `target_path` (a `write_real_shape` file), its matrices stored as `matrix_dtype`; returns its config."""
+    from ..dflash import DFLASH1, write_random_draft
+
+    return write_random_draft(path, target_path, seed=seed, matrix_dtype=matrix_dtype, kind=DFLASH1,
+                              n_layer=DRAFT_LAYERS[name], block_size=DRAFT_BLOCK, name=f"random {name} draft")
 
 
 def write_real_shape(path: str | os.PathLike, name: str, *, tokenizer_from: str | os.PathLike,
@@ -60,4 +81,4 @@ def write_real_shape(path: str | os.PathLike, name: str, *, tokenizer_from: str 
     return path
 
 
-__all__ = ["SHAPES", "RealShape", "write_real_shape"]
+__all__ = ["DRAFT_BLOCK", "DRAFT_LAYERS", "SHAPES", "RealShape", "write_real_draft", "write_real_shape"]
