@@ -4,12 +4,14 @@ For each catalog entry with a published draft (qwen3.5-4b, qwen3-8b): the target
 its real shape, quantized as published (gguf_tools/random_targets/real.py, written once into --dir),
 and a random plain DFlash draft of the published draft's shape (five layers, block 16), its matrices
 in each of --draft-dtypes. One engine per entry holds the target and every draft copy (the copies as
-extra modes); for every block B = 2..16 it decodes plainly and with each copy at a fixed block,
-alternated (plain, copy 1, copy 2, ... for each B, every round). A random draft is never accepted, so
-every speculative step drafts B-1 tokens and verifies B rows, which is what is timed:
+extra modes). Each round decodes the same prompt plainly and with each copy (alternated: plain, copy
+1, copy 2, ...) at a fixed block of 16. A random draft is never accepted, so every speculative step
+drafts as many tokens as the block and the answer's end allow: the answer's first --steps steps run
+at B = 16, then each step one row narrower down to 2 (a path never runs past max_tokens), so one
+answer times every block. What is timed, from outside the engine:
 
 - c(k): the target's decode of k rows of one sequence (c(1) from the plain steps, c(B) from the
-  verifies), milliseconds, median over rounds;
+  verifies), milliseconds, median over its decodes;
 - d(B): one draft call at block B (its KV injection of the last step's row and its block of B slots,
   whose logits come through the target's output matrix), median over its calls;
 - break-even tau(B) = (c(B) + d(B)) / c(1): the tokens a step must commit to match plain decoding;
@@ -18,7 +20,7 @@ every speculative step drafts B-1 tokens and verifies B rows, which is what is t
   acceptance falls along the block, as DFlash's does, does better at small B than this says).
 
     .venv/bin/python bench/break_even.py [--entries qwen3.5-4b,qwen3-8b] [--draft-dtypes bf16,q8_0]
-        [--rounds 2] [--steps 4] [--threads 2] [--dir ~/.cache/flashdesk-bench/real]
+        [--rounds 3] [--steps 2] [--threads 2] [--dir ~/.cache/flashdesk-bench/real]
     .venv/bin/python bench/break_even.py --table   # the Markdown again from bench/out/break_even.json
 
 Writes bench/out/break_even.json and prints the Markdown table the README quotes.
@@ -120,9 +122,9 @@ def measure(entry: str, target: str, drafts: dict[str, str], blocks: list[int], 
         ids = eng.tokenize_prompt(eng.render_chat([{"role": "user", "content": PROMPT}]))
         eng.complete(ids, sampling=GREEDY, max_tokens=2, speculative=SpecParams(mode=OFF))  # warm-up
         for r in range(rounds):
-            for b in blocks:  # B more tokens than steps: the last steps' paths are not cut short
-                for mode in (OFF, *modes.values()):
-                    eng.complete(ids, sampling=GREEDY, max_tokens=steps + b, speculative=SpecParams(mode=mode, block=b))
+            for mode in (OFF, *modes.values()):  # B = 16 for `steps` steps, then 15, 14, ..., 2, 1
+                eng.complete(ids, sampling=GREEDY, max_tokens=steps + DRAFT_BLOCK,
+                             speculative=SpecParams(mode=mode, block=DRAFT_BLOCK))
             print(f"{entry}: round {r + 1}/{rounds} done", file=sys.stderr, flush=True)
     finally:
         eng.close()
@@ -160,8 +162,8 @@ def main() -> int:
     ap.add_argument("--entries", default=",".join(DRAFT_LAYERS))
     ap.add_argument("--draft-dtypes", default="bf16,q8_0")
     ap.add_argument("--blocks", default=",".join(str(b) for b in range(2, DRAFT_BLOCK + 1)))
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=4, help="speculative steps (tokens) per request")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=2, help="steps at B = 16 before the answer's end narrows them")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--dir", default=os.path.expanduser("~/.cache/flashdesk-bench/real"))
     ap.add_argument("--out", default=str(OUT))

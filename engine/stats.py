@@ -6,8 +6,11 @@ which engine they hold."""
 from __future__ import annotations
 
 import collections
+import json
+import os
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from .request import StreamEvent
 
@@ -50,6 +53,43 @@ class SpeculationFacts:
     backend: bool = False  # a backend server speculates by its own configuration
     prompt_chunk: int | None = None  # prompts cut at multiples of this, each chunk alone (engine/chunks.py)
     prompt_why: str = ""  # why, in words
+
+
+MEASURED_FILE = "measured-speedup.json"  # in a model's folder (the server says where: EngineConfig.measured_cache)
+
+
+@dataclass(frozen=True)
+class MeasuredSpeedup:
+    """What speculation did for a model's answers on this computer, kept beside the model so that the
+    catalog can say it while another model is loaded: over about the last 50 answers that could
+    speculate (`answers`, `speedup`: SpeculationFacts.measured) and over those its DFlash draft drafted
+    for (`draft`: SpeculationFacts.draft_measured, None before one), as of `at` (epoch seconds)."""
+
+    at: float
+    answers: int
+    speedup: float
+    draft: dict | None = None
+
+    def save(self, path: str | os.PathLike) -> None:
+        try:
+            tmp = Path(f"{path}.tmp")
+            tmp.write_text(json.dumps(asdict(self)), "utf-8")
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only store: the catalog says nothing measured
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "MeasuredSpeedup | None":
+        """The kept figures, or None: none kept, or a file that is not ours (it is only ever shown)."""
+        try:
+            d = json.loads(Path(path).read_text("utf-8"))
+            draft = d.get("draft")
+            if draft is not None and not (isinstance(draft.get("answers"), int)
+                                          and isinstance(draft.get("speedup"), (int, float))):
+                draft = None
+            return cls(float(d["at"]), int(d["answers"]), float(d["speedup"]), draft)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None
 
 
 class Totals:

@@ -60,6 +60,7 @@ class EngineConfig:
     spec_mode: str = AUTO  # default for requests that do not say (SpecParams.mode)
     spec_block: int = 8  # the largest B the chooser may pick (or B itself for a fixed block)
     cost_cache: str | None = None  # JSON file for what decodes cost on this machine (learned, kept across starts)
+    measured_cache: str | None = None  # JSON file for what speculation did for answers here (stats.MeasuredSpeedup)
     draft: str | None = None  # a DFlash draft GGUF (2 or v1) for this model: enables mode "dflash"
     selector: str = "walk"  # default path selector through a DFlash 2 lattice (a v1 draft has none)
     # Speculate even where verify rows are not bit-identical to single-token decodes (CUDA):

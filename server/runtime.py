@@ -26,7 +26,7 @@ from typing import Callable, Iterator
 
 from engine import Engine, EngineConfig, EngineError, EngineStopped, hardware
 from engine.api import EngineAPI
-from engine.stats import EngineStats
+from engine.stats import MEASURED_FILE, EngineStats
 from engine.models.store import InstalledModel, ModelStore
 
 from .errors import APIError
@@ -64,6 +64,7 @@ def load_engine(settings: Settings, stop: threading.Event | None = None) -> tupl
     entry = ModelStore(settings.home).resolve(settings.model)
     draft = {"auto": entry.draft_path, "none": None}.get(settings.draft, settings.draft)
     cost_cache = str(entry.folder / f"verify-cost-{settings.threads}t.json") if entry.folder else None
+    measured = str(entry.folder / MEASURED_FILE) if entry.folder else None  # the catalog says it
     # A catalog model carries how it is meant to run (engine/models/catalog.py CatalogEntry.options): the
     # chat-template variables its draft was trained with, and the most tokens worth drafting here.
     n_draft = entry.options.get("n_draft", {}).get(hardware.backend()) if draft and draft == entry.draft_path else None
@@ -72,6 +73,7 @@ def load_engine(settings: Settings, stop: threading.Event | None = None) -> tupl
                        n_threads=settings.threads,
                        verbose=settings.verbose, spec_mode=settings.speculative, spec_block=block,
                        selector=settings.selector, draft=draft, cost_cache=cost_cache,
+                       measured_cache=measured,
                        spec_inexact=settings.allow_inexact_speculation,
                        chat_template_vars=entry.options.get("chat_template", {}))
     return entry, Engine.load(entry.path, cfg, stop)

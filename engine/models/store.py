@@ -28,6 +28,7 @@ import platformdirs
 from gguf_tools import GGUFFormatError, check_gguf
 
 from ..errors import DownloadError, InvalidModelFile, InvalidRequest, ModelNotFound
+from ..stats import MEASURED_FILE, MeasuredSpeedup
 from . import catalog as catalogs
 from .catalog import DEFAULT_MODEL, CatalogEntry, looks_like_draft
 from . import files
@@ -64,6 +65,10 @@ class InstalledModel:
     @property
     def folder(self) -> Path | None:
         return Path(self.path).parent if self.source.startswith(("catalog:", "import:")) else None
+
+    def measured(self) -> MeasuredSpeedup | None:
+        """What speculation did for this model's answers here, as its last run kept it (None: never run)."""
+        return MeasuredSpeedup.load(self.folder / MEASURED_FILE) if self.folder else None
 
 
 class ModelStore:

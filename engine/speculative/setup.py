@@ -24,7 +24,7 @@ from ..errors import EngineError
 from ..llama import ggml
 from ..llama.context import Context, on_own_thread
 from ..llama.model import Model
-from ..stats import SpeculationFacts
+from ..stats import MeasuredSpeedup, SpeculationFacts
 from .costs import CostModel, FillIn
 from .drafters.base import Drafter
 from .drafters.combined import GrammarLookupDrafter, SpanDFlashDrafter
@@ -52,6 +52,7 @@ class SpecConfig(Protocol):
     draft: str | None
     spec_inexact: bool
     cost_cache: str | None
+    measured_cache: str | None
     n_threads: int
     verbose: bool
 
@@ -185,8 +186,13 @@ class Speculation:
         return speedup
 
     def save_costs(self) -> None:
+        """Keep what decodes cost here, and what speculation did for answers (the catalog shows it)."""
         if self.config.cost_cache:
             self.costs.save(self.config.cost_cache)
+        got = self.gain.as_dict()
+        if self.config.measured_cache and got:
+            MeasuredSpeedup(time.time(), got["answers"], got["speedup"], self.facts().draft_measured).save(
+                self.config.measured_cache)
         self._saved = time.monotonic()
 
     def close(self) -> None:

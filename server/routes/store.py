@@ -10,6 +10,7 @@ its memory, expected from the file (gguf_tools/rollback.py; the engine measures 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -131,12 +132,15 @@ def catalog_json(e: CatalogEntry, offer: tiers.Offer, installed: dict[str, Insta
         **(_file_json(d.hub) if d.hub else _checkpoint_json(d) if d.converted else
            {"source": "shipped", "file": d.shipped})}
     m = installed.get(e.name)
+    got = m.measured() if m is not None else None
     return {"name": e.name, "title": e.title, "summary": e.summary, "summaries": e.summaries,
             "architecture": e.architecture,
             "license": e.license, "target": _file_json(e.target), "draft": draft,
             "size": e.download_bytes, "download_bytes": offer.download_bytes, "memory_bytes": offer.memory_bytes,
             "fits": offer.fits, "recommended": offer.recommended, "cpu": e.cpu, "source": e.source,
             "speed": _speed_json(offer.speed),
+            # what speculation did here once the model has run: never a promise before
+            "measured": dataclasses.asdict(got) if got else None,
             "installed": m is not None and m.sha256 == e.target.sha256,
             "has_draft": d is not None and (d.hub is not None or d.converted or e.draft_file is not None)}
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 from conftest import TEST_CTX
 from engine import Engine, EngineConfig, SamplingParams
 from engine.speculative.costs import MAX_ROWS, MIN_SAMPLES, VERSION
 from engine.speculative.params import SpecParams
+from engine.stats import MEASURED_FILE, MeasuredSpeedup
 
 GREEDY = SamplingParams(temperature=0)
 ORDERS = [[{"role": "user", "content": f"Repeat exactly: {n} mugs, white, logo on both sides, ship to {city}."}]
@@ -36,8 +38,9 @@ def watch_decodes(eng: Engine) -> list[str]:
 
 
 def test_a_fresh_install_speculates_from_its_first_requests_and_keeps_what_it_learned(model_path, engine, tmp_path):
-    cache = tmp_path / "verify-cost-2t.json"
-    config = EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2, cost_cache=str(cache))
+    cache, measured = tmp_path / "verify-cost-2t.json", tmp_path / MEASURED_FILE
+    config = EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2, cost_cache=str(cache),
+                          measured_cache=str(measured))
     plain = [engine.chat(o, sampling=GREEDY, max_tokens=32, speculative=SpecParams(mode="off")).tokens for o in ORDERS]
     eng = Engine.load(model_path, config)
     try:
@@ -68,6 +71,11 @@ def test_a_fresh_install_speculates_from_its_first_requests_and_keeps_what_it_le
     assert kept["version"] == VERSION and kept["n_threads"] == 2
     one = {r for r, b, ms in kept["cells"] if b == 1 and len(ms) >= MIN_SAMPLES and all(x > 0 for x in ms)}
     assert one >= set(range(1, MAX_ROWS + 1))
+    # what speculation did for these answers is kept beside the model too (the catalog shows it): the
+    # answers that could speculate, lookup's (no draft here), as of the close
+    got = MeasuredSpeedup.load(measured)
+    assert got is not None and got.answers >= len(after) and got.speedup > 0 and got.draft is None
+    assert time.time() - 600 < got.at <= time.time()
 
     again = Engine.load(model_path, config)  # the next start reads what was learned: ready at once
     try:

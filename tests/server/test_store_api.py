@@ -13,14 +13,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import linked_home, serving, wait_ready
+from conftest import ROOT, linked_home, serving, wait_ready
 from engine.models.catalog import CATALOG
+from engine.stats import MEASURED_FILE, MeasuredSpeedup
 from tiny_gguf import write_valid
 
 ENTRY = CATALOG["smollm2"]
@@ -101,6 +104,30 @@ def test_list_shows_the_served_model_with_its_draft_and_the_catalog(srv):
     assert flagship["fits"] is False and flagship["memory_bytes"] > flagship["download_bytes"]
     assert body["hardware"]["kind"] == "cpu" and body["hardware"]["memory_bytes"] > 0
     assert body["catalog_problems"] == []
+
+
+def test_a_model_that_ran_here_says_what_speculation_did_in_the_catalog(srv, home):
+    """Issue 53, item 5: what speculation did for a model's answers is kept beside it
+    (engine/stats.py MeasuredSpeedup, written by its engine); the catalog over HTTP and `flashdesk
+    catalog` give it, dated, and a model with no such file has no figure."""
+    kept = home / "models" / "smollm2" / MEASURED_FILE
+    before = kept.read_bytes() if kept.exists() else None
+    try:
+        MeasuredSpeedup(at=time.time() - 60, answers=12, speedup=1.37, draft={"answers": 8, "speedup": 1.5}).save(kept)
+        cat = {c["name"]: c for c in get(srv, "/v1/store/models").json()["catalog"]}
+        assert cat["smollm2"]["measured"] == json.loads(kept.read_text())
+        assert cat["qwen3.5-4b"]["measured"] is None  # never run here: no figure, whatever its draft
+        out = subprocess.run([sys.executable, "-m", "server.cli", "--home", str(home), "catalog"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        row = next(line for line in out.stdout.splitlines() if line.startswith("smollm2 "))
+        assert "1.37x" in row.split()
+        assert "smollm2: 1.37x over 12 answers; 1.50x over the 8 its draft drafted for, as of " in out.stdout
+        assert not any("1.37x" in line for line in out.stdout.splitlines() if line.startswith("qwen3.5-4b "))
+    finally:
+        kept.unlink(missing_ok=True)
+        if before is not None:
+            kept.write_bytes(before)
 
 
 def test_the_processor_speeds_come_with_the_date_they_were_measured(srv):

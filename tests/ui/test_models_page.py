@@ -372,3 +372,4 @@ def test_import_switch_delete_and_pair_on_own_server(browser, own_server, store,
     assert not tab.blocked, f"the page tried to reach beyond this machine: {tab.blocked}"
     bugs = [e for e in tab.errors if "Failed to load resource" not in e]
     assert not bugs, f"JavaScript errors on the page: {bugs}"
+

@@ -1,7 +1,8 @@
 """The hardware tier in the browser: the sentence that names the model this computer should run
 (a graphics card, a Mac, a processor fast enough; English and Traditional Chinese), the recommended
 card first, the chat page's first-run notice that leads to it and stays away once dismissed; on a
-processor, each model's speed here in words, and the calm sentence of one too slow for more.
+processor, each model's speed here in words, and the calm sentence of one too slow for more; once a
+model has run here, what speculation did for its answers (never a promise before).
 
 This machine has no graphics card, so the GPU and Mac cases answer GET /v1/store/models with
 a copy of the real server's JSON whose `hardware` (and tier fields) are those of such a machine.
@@ -127,10 +128,10 @@ MEASURED_AT = 1795176000  # 20 November 2026, noon UTC: when the processor speed
 MEASURED_WORDS = {"en-US": "Speeds measured on this computer on", "zh-TW": "速度是在"}
 CPU_SENTENCES = {
     ("en-US", "fast"): "flashdesk found no graphics card it can use on this computer, but its processor can run "
-                       "Qwen3.5-4B (Q4_K_M): about 6 words a second here, about 45 seconds per work order. "
-                       "2.7 GB download.",
-    ("zh-TW", "fast"): "flashdesk 在這台電腦上找不到可以使用的顯示卡，但處理器可以執行 Qwen3.5-4B (Q4_K_M)："
-                       "在這台電腦上每秒大約 8 個字，每張工單大約 45 秒。下載大小為 2.7 GB。",
+                       "Qwen3.5-4B (Q4_K_M) with its DFlash draft: about 6 words a second here, about 45 seconds "
+                       "per work order. 3.8 GB download.",  # the draft's checkpoint comes with it (issue 53)
+    ("zh-TW", "fast"): "flashdesk 在這台電腦上找不到可以使用的顯示卡，但處理器可以執行 Qwen3.5-4B (Q4_K_M) 及其 DFlash "
+                       "輔助模型：在這台電腦上每秒大約 8 個字，每張工單大約 45 秒。下載大小為 3.8 GB。",
     ("en-US", "slow"): "flashdesk found no graphics card it can use on this computer, so SmolLM2-135M-Instruct (Q4_1) "
                        "stays the standard model. Bigger models would be slow on this processor: Qwen3.5-2B (Q4_K_M), "
                        "the quickest, would give about 2.3 words a second here, about 2.6 minutes per work order.",
@@ -223,3 +224,31 @@ def test_a_cpu_only_computer_is_measured_and_each_processor_model_says_its_speed
     order = page.locator(".catalog-card").evaluate_all("cards => cards.map(c => c.classList.contains('unfit'))")
     assert order == sorted(order), order
     tab.shot("models-tier-cpu-en")
+
+
+def test_a_catalog_model_says_what_speculation_did_here_once_it_has_run(tab):
+    """Issue 53, item 5: a catalog card promises nothing about speed before its model has run on this
+    computer; after, it gives what was kept beside the model (stats.MeasuredSpeedup), dated, and says
+    plainly where it did about nothing."""
+    kept = {"value": None}
+
+    def answer(route):
+        body = route.fetch().json()
+        for c in body["catalog"]:
+            if c["name"] == "qwen3.5-4b":
+                c["measured"] = kept["value"]
+        route.fulfill(json=body)
+
+    tab.page.route("**/v1/store/models", answer)
+    entry = tab.open("#/models").locator('.catalog-card[data-model="qwen3.5-4b"]')
+    expect(entry.locator(".facts")).to_contain_text("Speed-upwith a DFlash draft")
+    expect(entry.locator(".catalog-measured")).to_have_count(0)
+    kept["value"] = {"at": 1.8e9, "answers": 12, "speedup": 1.37, "draft": {"answers": 8, "speedup": 1.5}}
+    tab.page.reload()
+    measured = tab.page.locator('.catalog-card[data-model="qwen3.5-4b"] .catalog-measured')
+    expect(measured).to_contain_text("Measured on this computer: its last 12 answers came about 1.4× faster (as of ")
+    expect(measured).to_contain_text("2027")
+    kept["value"] = {"at": 1.8e9, "answers": 40, "speedup": 0.98, "draft": None}
+    tab.page.reload()
+    expect(tab.page.locator('.catalog-card[data-model="qwen3.5-4b"] .catalog-measured')).to_contain_text(
+        "Measured on this computer: about as fast as without it (1.0× over its last 40 answers, as of ")

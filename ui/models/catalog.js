@@ -8,8 +8,8 @@
 // that build DOM from the page's state (page.js); the button calls page.pull(name).
 
 import { formatBytes, h } from "../dom.js";
-import { formatTime, language, t } from "../i18n.js";
-import { newId } from "./common.js";
+import { formatNumber, formatTime, language, t } from "../i18n.js";
+import { FASTER, newId } from "./common.js";
 import { fitText, speedText, tierSentence } from "./tier.js";
 
 const BIG_DOWNLOAD = 1e9; // from here on the button says the size: nobody should start 16 GB by surprise
@@ -102,11 +102,17 @@ function catalogCard(page, c, busy, hw) {
     h("span", { class: "hint" }, busy ? t("models.busy_hint") : t("models.needs_internet"))));
 }
 
-/** Which speed-up comes with the entry: its DFlash draft, or prompt lookup alone. */
+/** Which speed-up comes with the entry (its DFlash draft, or prompt lookup alone), and what it did on
+ * this computer once the model has run (`measured`, kept beside the model): never a promise before. */
 function draftWords(c) {
-  if (!c.draft) return c.has_draft ? t("models.catalog_has_draft") : t("models.catalog_lookup");
-  if (!c.has_draft) return t("models.catalog_lookup"); // a shipped draft this installation lacks
-  return c.draft.kind === "dflash1" ? t("models.catalog_dflash1") : t("models.catalog_dflash2");
+  const kind = !c.draft ? (c.has_draft ? t("models.catalog_has_draft") : t("models.catalog_lookup"))
+    : !c.has_draft ? t("models.catalog_lookup") // a shipped draft this installation lacks
+    : c.draft.kind === "dflash1" ? t("models.catalog_dflash1") : t("models.catalog_dflash2");
+  const m = c.measured;
+  if (!m) return kind;
+  const words = { n: formatNumber(m.answers), x: formatNumber(m.speedup, 1), date: formatTime(m.at) };
+  return [kind, h("br"), h("span", { class: "hint catalog-measured" },
+    t(m.speedup >= FASTER ? "models.catalog_measured" : "models.catalog_measured_flat", words))];
 }
 
 /** "from unsloth/Qwen3.8-27B-GGUF", and the draft's repository when it is another one. */

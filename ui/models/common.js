@@ -7,6 +7,7 @@ import { errorText as sharedErrorText, t } from "../i18n.js";
 let uid = 0;
 export const newId = (prefix) => `models-${prefix}-${++uid}`;
 export const enc = encodeURIComponent;
+export const FASTER = 1.05; // a measured speed-up below this saved next to nothing
 
 /** This page's wording for a few answers, else the shared translation of the code, else the server's sentence. */
 export function errorText(e) {

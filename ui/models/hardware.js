@@ -6,6 +6,7 @@
 
 import { formatBytes, h } from "../dom.js";
 import { formatNumber, t } from "../i18n.js";
+import { FASTER } from "./common.js";
 
 const BACKEND_NAMES = { cuda: "CUDA", metal: "Metal", vulkan: "Vulkan", rocm: "ROCm", hip: "ROCm", sycl: "SYCL",
   opencl: "OpenCL", cann: "CANN", musa: "MUSA" };
@@ -95,8 +96,6 @@ function speculationFacts(health, system) {
   if (sp.enabled) return { text: t("models.speed_on_inexact"), cls: "warn-text", why: sp.exact_why, measured };
   return { text: t("models.speed_off"), cls: "warn-text", why: sp.exact_why };
 }
-
-const FASTER = 1.05; // a measured speed-up below this saved next to nothing
 
 /** What the speed-up did here for recent answers (server/speculation.py `measured`), never a promise:
  * a computer where checking guesses costs about what it wins says so. */

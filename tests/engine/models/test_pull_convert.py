@@ -23,7 +23,9 @@ from hub_standin import HubStandIn, point_hub_clients_at
 import gguf_tools.dflash.convert as gconvert
 from engine import Completion, SamplingParams
 from engine.errors import Cancelled, DownloadError
+from engine import hardware
 from engine.models import hub
+from engine.models.draft_convert import DRAFT_DTYPE
 from engine.models.pull import pull
 from engine.models.store import ModelStore, no_progress
 from engine.speculative.params import SpecParams
@@ -104,8 +106,9 @@ def test_each_layout_is_fetched_verified_converted_and_paired(hub_env, files, tm
     assert man["draft_kind"] == LAYOUTS[key][2] and man["draft_source"].startswith("hub-checkpoint:")
     assert man["draft_converted_from"] | {"files": None, "sizes": None} == {
         "repo": LAYOUTS[key][0], "revision": hub_env.revs[LAYOUTS[key][0]], "layout": LAYOUTS[key][1],
-        "class": {"dflash2": "DFlash2DraftModel", "dflash1": "DFlashDraftModel"}[LAYOUTS[key][2]], "dtype": "f32",
-        "pinned": "files", "files": None, "sizes": None}
+        "class": {"dflash2": "DFlash2DraftModel", "dflash1": "DFlashDraftModel"}[LAYOUTS[key][2]],
+        # this machine has no graphics card: the pull converts to q8_0 (draft_convert.DRAFT_DTYPE)
+        "dtype": DRAFT_DTYPE.get(hardware.backend(), "f32"), "pinned": "files", "files": None, "sizes": None}
     assert folder_of(home, "tiny") == ["Tiny-Q8_0.gguf", "draft.gguf", "model.json"]
     assert not (home / "downloads" / "tiny").exists()
     n = len(hub_env.requests)

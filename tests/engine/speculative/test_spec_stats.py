@@ -38,3 +38,22 @@ def test_the_drafts_gain_pools_the_answers_of_every_mode_it_drafts_in():
     t = SpecStats(mode="grammar+lookup+dflash", plain_steps=10, plain_ms=100.0)
     b.add(t, 10.0)  # plain all along: 1.0x
     assert MeasuredGain.pooled([a, b]) == {"answers": 2, "speedup": round(400.0 / 250.0, 2)}
+
+
+def test_what_speculation_did_is_kept_and_a_file_not_ours_reads_as_nothing(tmp_path):
+    """stats.MeasuredSpeedup: the catalog shows it beside a model that is not loaded; a damaged or
+    foreign file is shown as "not measured", never as a figure."""
+    from engine.stats import MeasuredSpeedup
+
+    path = tmp_path / "measured.json"
+    kept = MeasuredSpeedup(at=1.8e9, answers=12, speedup=1.37, draft={"answers": 8, "speedup": 1.5})
+    kept.save(path)
+    assert MeasuredSpeedup.load(path) == kept
+    MeasuredSpeedup(at=1.8e9, answers=3, speedup=0.9).save(path)
+    assert MeasuredSpeedup.load(path).draft is None
+    for text in ("", "[1, 2]", '{"at": 1, "answers": "many", "speedup": 1}', '{"answers": 3}',
+                 '{"at": 1, "answers": 3, "speedup": 1.2, "draft": {"speedup": "fast"}}'):
+        path.write_text(text)
+        got = MeasuredSpeedup.load(path)
+        assert got is None or got.draft is None, text
+    assert MeasuredSpeedup.load(tmp_path / "missing.json") is None
