@@ -115,7 +115,7 @@ def measure(entry: str, target: str, drafts: dict[str, str], blocks: list[int], 
     eng = Engine.load(target, EngineConfig(n_ctx=1024, n_parallel=1, n_threads=threads, spec_block=DRAFT_BLOCK,
                                            spec_mode=OFF),
                       drafters=[copy_factory(path, modes[d], timers) for d, path in drafts.items()])
-    target = Timed(eng.ctx, "decode", lambda args, _: args[0].n)  # every decode of the target, by rows
+    decodes = Timed(eng.ctx, "decode", lambda args, _: args[0].n)  # every decode of the target, by rows
     try:
         if not eng.spec.enabled:
             raise SystemExit(f"{entry}: speculation is off on this build ({eng.spec.exactness})")
@@ -128,11 +128,11 @@ def measure(entry: str, target: str, drafts: dict[str, str], blocks: list[int], 
             print(f"{entry}: round {r + 1}/{rounds} done", file=sys.stderr, flush=True)
     finally:
         eng.close()
-    c1 = statistics.median(target.ms[1])
+    c1 = statistics.median(decodes.ms[1])
     rows = []
     for dtype, mode in modes.items():
         for b in blocks:
-            cb, db = statistics.median(target.ms[b]), statistics.median(timers[mode].ms[b])
+            cb, db = statistics.median(decodes.ms[b]), statistics.median(timers[mode].ms[b])
             even = (cb + db) / c1
             rows.append({"dtype": dtype, "block": b, "c_ms": round(cb, 1), "d_ms": round(db, 1),
                          "c_ratio": round(cb / c1, 2), "break_even_tau": round(even, 2),

@@ -79,7 +79,8 @@ def work_order(model: Model, threads: int) -> tuple[float, float]:
 def files(store: ModelStore, folder: Path) -> dict[str, str]:
     smollm2 = store.get(catalog.DEFAULT_MODEL).path
     out = {catalog.DEFAULT_MODEL: smollm2}
-    for name in SHAPES:
+    offered = {e.name for e in catalog.load(None).entries.values() if e.cpu}
+    for name in (n for n in SHAPES if n in offered):  # real.py also holds shapes of entries for graphics cards
         path = folder / f"{name}.gguf"
         if not path.exists():
             print(f"writing a random {name} of its real shape into {folder} (minutes)", file=sys.stderr)
