@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
 
 from bench.common import dev_prompts, test_home  # noqa: E402
 from draft_training.evaluate import online_eval  # noqa: E402
-from draft_training.warm_start import read_draft  # noqa: E402
+from draft_training.warm_start import load_warm_start  # noqa: E402
 from gguf_tools.dflash import write_dflash_draft  # noqa: E402
 from gguf_tools.dflash.write import MATRIX_DTYPES  # noqa: E402
 
@@ -51,7 +51,7 @@ def spread(prompts: list[dict], n: int) -> list[dict]:
 
 def rewrite(draft: Path, target: str, dtype: str, folder: Path) -> Path:
     """The draft at `draft` again, its 2-D weights stored as `dtype`."""
-    cfg, tensors = read_draft(draft)
+    cfg, tensors = load_warm_start(draft)
     out = folder / f"{draft.stem}-{dtype}.gguf"
     write_dflash_draft(out, cfg, tensors, target, matrix_dtype=dtype)
     return out

@@ -54,7 +54,8 @@ from engine.llama.model import Model
 from engine.llama import ext
 from gguf_tools.dflash import capture_refusal
 
-from .shards import FORMAT, FORMATS_READ, MANIFEST, save_manifest, upgrade_manifest, write_shard
+from .shards import (FORMAT, FORMATS_READ, MANIFEST, CapturedSeq, ShardBuffer, save_manifest, upgrade_manifest,
+                     write_shard)
 from .topk import top_logprobs
 
 
@@ -115,37 +116,6 @@ def sample_token(logits: np.ndarray, temperature: float, rng: np.random.Generato
     z = logits.astype(np.float64) / temperature
     c = np.cumsum(np.exp(z - z.max()))  # [V]
     return min(int(np.searchsorted(c, rng.random() * c[-1], side="right")), len(c) - 1)
-
-
-@dataclass
-class _Seq:
-    key: str
-    split: str
-    tokens: list[int]
-    n_prompt: int
-    feats: np.ndarray  # [n_prompt + max_new, n_enc] float16, row i = features of token i
-    argmax: np.ndarray  # [n_prompt + max_new] int32, -1 = no logits at that row
-    top_ids: np.ndarray | None  # [n_prompt + max_new, KT] int32 (-1) or None without top-k
-    top_lp: np.ndarray | None  # [n_prompt + max_new, KT] float16
-    rng: np.random.Generator | None  # None: greedy
-    n_done: int = 0  # tokens decoded so far (their features are in feats)
-
-    @property
-    def prefilling(self) -> bool:
-        return self.n_done < self.n_prompt
-
-
-@dataclass
-class _ShardBuf:
-    seqs: list[_Seq] = field(default_factory=list)
-
-    @property
-    def n_tokens(self) -> int:
-        return sum(len(s.tokens) for s in self.seqs)
-
-    @property
-    def n_answer(self) -> int:
-        return sum(len(s.tokens) - s.n_prompt for s in self.seqs)
 
 
 def _load_manifest(out: Path, target: Model, cfg: CaptureConfig) -> dict:
@@ -218,8 +188,8 @@ def _run(target: Model, jobs, out: Path, man: dict, cfg: CaptureConfig, max_answ
     for lid in taps:  # before the first decode (DESIGN.md §2)
         ext.llama_set_embeddings_layer_inp(ctx.ptr, lid, True)
     layers = (ctypes.c_void_p * len(taps))()
-    slots: list[_Seq | None] = [None] * cfg.n_seq
-    buf = _ShardBuf()
+    slots: list[CapturedSeq | None] = [None] * cfg.n_seq
+    buf = ShardBuffer()
     t0, generated = time.perf_counter(), 0
     scratch = np.empty((cfg.n_batch, n_enc), np.float32)  # [n_batch, n_enc] this decode's features
     rendered: dict[str, list[int] | None] = {}  # prompt key -> tokens (None: skipped), for its samples
@@ -239,14 +209,14 @@ def _run(target: Model, jobs, out: Path, man: dict, cfg: CaptureConfig, max_answ
             rendered[pk] = toks if toks is not None and 2 <= len(toks) <= cfg.max_prompt else None
         return rendered[pk]
 
-    def next_seq() -> _Seq | None:
+    def next_seq() -> CapturedSeq | None:
         for p, key, split, j in jobs:
             toks = tokens_of(p)
             if toks is None:
                 continue
             cap = len(toks) + cfg.max_new
             rng = None if j is None else np.random.default_rng([cfg.sample_seed, int(prompt_key(p), 16), j])
-            return _Seq(key, split, list(toks), len(toks), np.zeros((cap, n_enc), np.float16),
+            return CapturedSeq(key, split, list(toks), len(toks), np.zeros((cap, n_enc), np.float16),
                         np.full(cap, -1, np.int32), np.full((cap, kt), -1, np.int32) if kt else None,
                         np.zeros((cap, kt), np.float16) if kt else None, rng)
         return None
@@ -319,7 +289,7 @@ def _run(target: Model, jobs, out: Path, man: dict, cfg: CaptureConfig, max_answ
     return man
 
 
-def _flush(out: Path, man: dict, buf: _ShardBuf, t0: float, kt: int) -> None:
+def _flush(out: Path, man: dict, buf: ShardBuffer, t0: float, kt: int) -> None:
     man["seconds"] = round(man["seconds"] + time.perf_counter() - t0, 1)
     write_shard(out, man, buf, kt)
 

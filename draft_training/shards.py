@@ -33,18 +33,50 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from .capture import _ShardBuf
 
 
 MANIFEST = "manifest.json"
 FORMAT = 2
 FORMATS_READ = (1, 2)
 TOPK_IDS, TOPK_LP = ".topk-ids.npy", ".topk-lp.npy"  # shard name + suffix
+
+
+@dataclass
+class CapturedSeq:
+    """One sequence as capture decodes it: its tokens, and per row its features, argmax and top-k."""
+
+    key: str
+    split: str
+    tokens: list[int]
+    n_prompt: int
+    feats: np.ndarray  # [n_prompt + max_new, n_enc] float16, row i = features of token i
+    argmax: np.ndarray  # [n_prompt + max_new] int32, -1 = no logits at that row
+    top_ids: np.ndarray | None  # [n_prompt + max_new, KT] int32 (-1) or None without top-k
+    top_lp: np.ndarray | None  # [n_prompt + max_new, KT] float16
+    rng: np.random.Generator | None  # None: greedy
+    n_done: int = 0  # tokens decoded so far (their features are in feats)
+
+    @property
+    def prefilling(self) -> bool:
+        return self.n_done < self.n_prompt
+
+
+@dataclass
+class ShardBuffer:
+    """The sequences captured since the last shard: what `write_shard` writes next."""
+
+    seqs: list[CapturedSeq] = field(default_factory=list)
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(s.tokens) for s in self.seqs)
+
+    @property
+    def n_answer(self) -> int:
+        return sum(len(s.tokens) - s.n_prompt for s in self.seqs)
 
 
 def derived_argmax(tokens: np.ndarray, n_prompt: int) -> np.ndarray:
@@ -82,7 +114,7 @@ def save_atomic(path: Path, save) -> None:
     os.replace(tmp, path)
 
 
-def write_shard(out: Path, man: dict, buf: _ShardBuf, kt: int) -> None:
+def write_shard(out: Path, man: dict, buf: ShardBuffer, kt: int) -> None:
     """Write one shard's files atomically, then the manifest."""
     name = f"shard-{len(man['shards']):05d}"
     seqs = buf.seqs

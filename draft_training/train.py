@@ -39,7 +39,7 @@ from .recipe import (WARM_STARTS, TrainConfig, config_from_dict, feature_scale, 
                      train_anchor_count)
 from .shards import Shards
 from .target import read_target_tensors
-from .warm_start import read_draft, target_warm_start
+from .warm_start import load_warm_start, target_warm_start
 
 CHECKPOINT = "checkpoint.pt"
 BEST = "best.pt"
@@ -88,7 +88,7 @@ class Trainer:
                 raise ValueError("init_from continues a draft; warm_start starts one: give one of them")
             taps = tuple(self.shards.manifest["target_layers"])
             if cfg.init_from:
-                self.dcfg, src = read_draft(cfg.init_from)
+                self.dcfg, src = load_warm_start(cfg.init_from)
                 meta = check_gguf(target_path).metadata
                 self.dcfg = replace(self.dcfg, target_n_layer=int(meta[f"{meta['general.architecture']}.block_count"]))
                 if self.dcfg.target_layers != taps or self.dcfg.n_vocab != tt.emb.shape[0]:

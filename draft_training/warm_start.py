@@ -6,7 +6,7 @@ layer t0 + i, where t0 is the deepest tap (SmolLM2: taps ..., 28, so layers 28, 
 attention, MLP and both norms; q/k norms 1 (the target has none); `fc` selects the deepest
 tap's raw features (so g = that layer's normed input, and draft layer 0's context K/V start
 out as what target layer t0 computes there) and `enc.output_norm` <- layer t0's attn_norm.
-`read_draft` reads a draft GGUF back as float32 GGUF-named arrays and its config, for
+`load_warm_start` reads a draft GGUF back as float32 GGUF-named arrays and its config, for
 `init_from`. What it is not: the trainer's choice of which to use (train.py), or a model
 loader: the tensors are numbers for `DFlashDraft.load_numpy`.
 
@@ -25,7 +25,7 @@ import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from gguf_tools.dflash import DraftConfig
+from gguf_tools.dflash import DraftConfig, read_draft
 
 LAYER_TENSORS = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "ffn_gate.weight",
                  "ffn_up.weight", "ffn_down.weight", "attn_norm.weight", "ffn_norm.weight")
@@ -88,9 +88,10 @@ def target_warm_start(target_path: str | os.PathLike, cfg: DraftConfig,
     return out
 
 
-def read_draft(path: str | os.PathLike, target_n_layer: int | None = None) -> tuple[DraftConfig, dict[str, np.ndarray]]:
+def load_warm_start(path: str | os.PathLike,
+                    target_n_layer: int | None = None) -> tuple[DraftConfig, dict[str, np.ndarray]]:
     """(config, GGUF-named arrays: float32, d2t int64) of the DFlash 2 draft GGUF at `path`."""
-    df = DraftConfig.from_gguf(path)
+    df = read_draft(path)
     cfg = DraftConfig(**{f.name: getattr(df, f.name) for f in fields(DraftConfig)})
     if target_n_layer is not None:
         cfg = replace(cfg, target_n_layer=target_n_layer)

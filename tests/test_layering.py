@@ -5,8 +5,8 @@ imports, `importlib.import_module("...")`, and the code strings a module runs in
 and putting tests/ on sys.path.
 
 The C in native/ has its own never: it includes the C standard library and its own headers, nothing
-else (no llama.cpp, no Python). Not checked: the arrows that are allowed (engine -> gguf_tools,
-server -> engine, ...): only the nevers.
+else (no llama.cpp, no Python). The same walk gives the import graph, which must have no circle. Not
+checked: the arrows that are allowed (engine -> gguf_tools, server -> engine, ...): only the nevers.
 """
 
 from __future__ import annotations
@@ -326,3 +326,71 @@ def test_serving_never_imports_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def module_of(path: str) -> str:
+    """engine/speculative/loop.py -> engine.speculative.loop; a package's __init__.py -> the package."""
+    parts = path[:-3].split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(uses: tuple[Use, ...] | list[Use], modules: set[str]) -> dict[str, set[str]]:
+    """Our module -> our modules it imports, at module level or inside a function (a lazy import
+    closes a circle as surely, only later); not code a child runs. `from pkg import name` where the
+    name is no module points at the package."""
+    graph: dict[str, set[str]] = {}
+    for u in uses:
+        if u.how:
+            continue
+        parts = u.name.split(".")
+        while parts and ".".join(parts) not in modules:
+            parts.pop()
+        src, dst = module_of(u.path), ".".join(parts)
+        if dst and dst != src:
+            graph.setdefault(src, set()).add(dst)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle():
+    """No two of our modules import each other, directly or round a circle, lazily or not: a layer
+    stands on the ones below it only (the review found three; each was cut where its back edge was)."""
+    modules = {module_of(f.relative_to(ROOT).as_posix()) for f in source_files()}
+    found = cycles(import_graph(all_uses(), modules))
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_cycle_finder_sees_a_lazy_circle_through_a_package():
+    uses = [Use("a/__init__.py", 1, "a.b", lazy=False), Use("a/b.py", 1, "a.Layout", lazy=False),
+            Use("c/x.py", 1, "c.y", lazy=False), Use("c/y.py", 9, "c.x", lazy=True),
+            Use("d.py", 1, "c.x", lazy=False), Use("d.py", 2, "d", lazy=False, how="in a code string")]
+    graph = import_graph(uses, {"a", "a.b", "c.x", "c.y", "d"})
+    assert cycles(graph) == [["a", "a.b"], ["c.x", "c.y"]]

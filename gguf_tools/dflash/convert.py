@@ -153,9 +153,9 @@ def _pick_dtype(dtype: str, plan: dict[str, TensorRef]) -> str:
         raise ConvertError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if dtype != "auto":
         return dtype
-    # A published draft keeps its own precision, bit for bit. BF16 stays bf16, not f16: llama.cpp computes
-    # an f16 matrix's product in f16 on a processor, and a large target's fused hidden states pass f16's
-    # 65,504 (the reported collapse of DFlash drafts run in fp16); bf16 has f32's range.
+    # A published draft keeps its own precision, bit for bit. BF16 stays bf16, not f16: on a processor
+    # llama.cpp rounds an f16 matrix product's inputs to f16, and a large target's fused hidden states
+    # pass f16's 65,504 (the reported collapse of DFlash drafts run in fp16); bf16 has f32's range.
     kinds = {r.dtype for r in plan.values() if len(r.shape) == 2}
     return {frozenset({"BF16"}): "bf16", frozenset({"F16"}): "f16"}.get(frozenset(kinds), "f32")
 

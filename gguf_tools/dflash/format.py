@@ -2,7 +2,7 @@
 we run, and whether a draft fits a target.
 
 What it is: the one place that knows what a draft GGUF holds. The writer (write.py), the
-reader (read.py, behind `DraftConfig.from_gguf`), the converter (convert.py), the trainer
+reader (read.py: `read_draft`), the converter (convert.py), the trainer
 (draft_training/) and the engine's check before it loads a draft
 (engine/speculative/drafters/dflash_fit.py) all take the key names, `CAPTURE_ARCHS`, the
 config and its validation from here; `fits` says what stops a draft from running on a
@@ -235,18 +235,6 @@ class DraftConfig:
         )
         return replace(cls(**base), **overrides)
 
-    @classmethod
-    def from_gguf(cls, path: str | os.PathLike) -> DraftFile:
-        """The config of the draft GGUF at `path`, with what only the file knows (`DraftFile`).
-
-        Raises GGUFFormatError or OSError for a broken file, ValueError (every problem in one
-        message) for a GGUF that is no DFlash draft we can run (read.py says which). `target_n_layer`
-        is None: a draft does not record its target's depth, `fits` checks the taps against the target.
-        """
-        from .read import read_draft  # read.py builds on this module
-
-        return read_draft(path)
-
     def problems(self) -> list[str]:
         """Every value llama.cpp would refuse (or abort on), in words; empty if none."""
         k, n_tl = self.selector_top_k, self.target_n_layer
@@ -301,7 +289,7 @@ class DraftConfig:
 
 @dataclass(frozen=True)
 class DraftFile(DraftConfig):
-    """A draft GGUF as `DraftConfig.from_gguf` read it: its config and what only the file holds."""
+    """A draft GGUF as `read.read_draft` read it: its config and what only the file holds."""
 
     path: str = ""
     vocab_digest: str = ""  # of the tokenizer it carries; must equal the target's

@@ -1,4 +1,4 @@
-"""Read a DFlash draft GGUF back into a `DraftFile` (behind `DraftConfig.from_gguf`).
+"""Read a DFlash draft GGUF back into a `DraftFile` (`read_draft`), as write.py writes one.
 
 What it is: the reading half of the format in format.py, through `check_gguf` (the one
 bounds-checked walker). It tells the kind from the tensors as llama.cpp's dflash.cpp does
@@ -50,7 +50,11 @@ def read_checked(path: str | os.PathLike) -> tuple[DraftFile | None, str]:
 
 
 def read_draft(path: str | os.PathLike) -> DraftFile:
-    """The draft GGUF at `path` as a `DraftFile`; raises ValueError for what we cannot run."""
+    """The draft GGUF at `path` as a `DraftFile`: its config and what only the file knows.
+
+    Raises GGUFFormatError or OSError for a broken file, ValueError (every problem in one message) for
+    a GGUF that is no DFlash draft we can run. `target_n_layer` is None: a draft does not record its
+    target's depth, `format.fits` checks the taps against the target."""
     s = check_gguf(path, arrays=(TARGET_LAYERS_KEY, SLIDING_PATTERN_KEY, TOKENS_KEY))
     if s.architecture != ARCH:
         raise ValueError(f"{s.path} is a {s.architecture!r} model, not a DFlash draft "

@@ -10,42 +10,24 @@ mechanics (rollback, invariance), never quality.
 
     write_random_target(path, "qwen35", tokenizer_from=smollm2_gguf, seed=0)
 
-One module per architecture family holds its `layout`; this one writes any of them.
+One module per architecture family holds its `layout` (layout.py: what a layout is); this one
+writes any of them.
 Not a converter (gguf_tools/convert/) and not a model zoo: nothing here is trained.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from gguf import GGUFValueType, GGUFWriter
+from gguf import GGUFWriter
 
 from ..check import check_gguf
+from .layout import Layout, Typed
 
 TOKENIZER_PREFIX = "tokenizer."
-
-
-@dataclass(frozen=True)
-class Typed:
-    """A key's value with its GGUF type given (e.g. an array of bools, or of int32)."""
-
-    value: object
-    type: GGUFValueType
-    sub_type: GGUFValueType | None = None
-
-
-@dataclass
-class Layout:
-    """One architecture's tiny model: its keys (without the `<arch>.` prefix) and its tensors."""
-
-    hparams: dict[str, object]  # e.g. {"block_count": 4, "attention.sliding_window": 32}
-    tensors: dict[str, tuple[int, ...]]  # GGUF name -> shape in NumPy order (rows, cols): ne reversed
-    fill: dict[str, Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]] = field(default_factory=dict)
-    scale: float = 0.3  # std of random weights: big enough that greedy output is not one token
 
 
 def _layouts() -> dict[str, Callable[[int], Layout]]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from gguf import GGUFValueType
 
-from . import Layout, Typed
+from .layout import Layout, Typed
 
 N_EMBD = 64
 N_LAYER = 4

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from gguf import GGUFValueType
 
-from . import Layout, Typed
+from .layout import Layout, Typed
 
 N_EMBD = 64
 N_LAYER = 4

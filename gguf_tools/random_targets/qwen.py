@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Layout
+from .layout import Layout
 
 CTX = 4096
 EPS = 1e-6

@@ -26,7 +26,7 @@ from draft_training.model import CODEBOOK_TABLES, DFlashDraft, proj_name  # noqa
 from draft_training.target import read_target_tensors  # noqa: E402
 from draft_training.recipe import V1, TrainConfig, steps_for_passes  # noqa: E402
 from draft_training.train import BEST, CHECKPOINT, Trainer  # noqa: E402
-from draft_training.warm_start import read_draft, unpermute_rope  # noqa: E402
+from draft_training.warm_start import load_warm_start, unpermute_rope  # noqa: E402
 from gguf import GGUFReader  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402
 from tests.draft_training.tiny import PROMPTS, SHIPPED, TAPS  # noqa: E402
@@ -153,7 +153,7 @@ def test_factorised_codebooks_export_tables_and_run_losslessly(model_path, data,
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not SHIPPED.exists(), reason="no shipped SmolLM2 draft in engine/drafts")
 def test_init_from_the_shipped_draft_gives_its_tensors_back(model_path, data, tmp_path):
-    _, src = read_draft(SHIPPED)
+    _, src = load_warm_start(SHIPPED)
     t = Trainer(model_path, data, tmp_path / "free", replace(TINY, codebooks="free", init_from=str(SHIPPED)), **quiet)
     assert t.cfg.n_keep == len(src["d2t"]) and t.cfg.block == 8 and t.cfg.init_from == SHIPPED.name
     assert np.array_equal(t.model.keep_ids, src["d2t"])

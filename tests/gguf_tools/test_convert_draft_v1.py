@@ -19,7 +19,7 @@ from tiny_hf import write_checkpoint
 
 from gguf_tools import check_gguf
 from gguf_tools.convert.errors import ConvertError
-from gguf_tools.dflash import DraftConfig
+from gguf_tools.dflash import DraftConfig, read_draft
 from gguf_tools.dflash.convert import convert_draft
 
 
@@ -65,7 +65,7 @@ def test_plain_dflash_v1_converts_to_a_draft_that_runs_losslessly(v1_ckpt, cfg, 
         np.testing.assert_array_equal(stored[k].reshape(v.shape).astype(np.float32), v, err_msg=k)
     meta = check_gguf(r.path).metadata
     assert not [k for k in meta if "selector" in k or "conv" in k]
-    read = DraftConfig.from_gguf(r.path)
+    read = read_draft(r.path)
     assert read.kind == "dflash1" and read.target_layers == cfg.target_layers and read.selector_top_k == 0
 
     greedy = SamplingParams(temperature=0)

@@ -1,4 +1,4 @@
-"""The DFlash draft format read back: `DraftConfig.from_gguf` returns what the writer wrote (DFlash 2
+"""The DFlash draft format read back: `read_draft` returns what the writer wrote (DFlash 2
 and plain DFlash v1), refuses what is no draft we can run with every problem named, and `fits` names
 each way a draft misses a target.
 No llama.cpp here: the engine's use of the same calls is tests/engine/speculative/test_dflash_refusals.py."""
@@ -13,7 +13,7 @@ from gguf import GGUFWriter
 
 from gguf_tools import check_gguf
 from gguf_tools.dflash import (CAPTURE_ARCHS, DraftConfig, TargetFacts, capture_refusal, fits, kind_of, kind_words,
-                               random_tensors, tensor_shapes, vocab_digest, write_dflash_draft)
+                               random_tensors, read_draft, tensor_shapes, vocab_digest, write_dflash_draft)
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +49,11 @@ def as_config(d) -> DraftConfig:
                                              final_logit_softcapping=30.0, embedding_scale=2.0, attention_scale=0.5,
                                              attention_value_scale=0.5, hidden_act="gelu", causal=True),
                                      dict(sliding_window=64)])
-def test_from_gguf_reads_back_what_was_written(tmp_path, model_path, cfg, options):
+def test_read_draft_reads_back_what_was_written(tmp_path, model_path, cfg, options):
     want = replace(cfg, **options)
     path = tmp_path / "d.gguf"
     write_dflash_draft(path, want, random_tensors(want), model_path)
-    got = DraftConfig.from_gguf(path)
+    got = read_draft(path)
     assert as_config(got) == replace(want, target_n_layer=None)  # a draft does not record its target's depth
     assert got.path == str(path) and got.n_vocab_draft is None and len(got.vocab_digest) == 64
 
@@ -61,15 +61,15 @@ def test_from_gguf_reads_back_what_was_written(tmp_path, model_path, cfg, option
 def test_a_reduced_vocabulary_is_read_from_d2t(tmp_path, model_path, cfg):
     path = tmp_path / "d2t.gguf"
     write_dflash_draft(path, cfg, random_tensors(cfg, keep_ids=np.arange(0, 49152, 6, dtype=np.int64)), model_path)
-    assert DraftConfig.from_gguf(path).n_vocab_draft == 8192
+    assert read_draft(path).n_vocab_draft == 8192
 
 
 def test_no_dflash2_draft_is_refused_with_every_problem(tmp_path, model_path):
     with pytest.raises(ValueError, match="'llama' model, not a DFlash draft"):
-        DraftConfig.from_gguf(model_path)
+        read_draft(model_path)
     write_gguf(tmp_path / "v1.gguf", {"dflash.block_size": 16}, ("fc.weight",))  # DFlash v1, hardly any keys
     with pytest.raises(ValueError) as e:
-        DraftConfig.from_gguf(tmp_path / "v1.gguf")
+        read_draft(tmp_path / "v1.gguf")
     msg = str(e.value)
     for bit in ("dflash.embedding_length is missing", "dflash.target_layers is missing", "no tokenizer"):
         assert bit in msg, msg
@@ -79,7 +79,7 @@ def test_no_dflash2_draft_is_refused_with_every_problem(tmp_path, model_path):
     write_gguf(path, {"dflash.selector_top_k": 16, "dflash.block_count": 2.0},
                ("selector_predecessor.weight", "selector_successor.weight", "selector_hidden.weight"))
     with pytest.raises(ValueError) as e:
-        DraftConfig.from_gguf(path)
+        read_draft(path)
     msg = str(e.value)
     for bit in ("dflash.embedding_length is missing", "dflash.block_count is 2.0, not an integer",
                 "dflash.target_layers is missing", "no tokenizer", "tokenizer.ggml.mask_token_id is missing"):
@@ -89,7 +89,7 @@ def test_no_dflash2_draft_is_refused_with_every_problem(tmp_path, model_path):
 def test_fits_names_each_mismatch(tmp_path, model_path, cfg, smollm2):
     path = tmp_path / "d.gguf"
     write_dflash_draft(path, cfg, random_tensors(cfg), model_path)
-    draft = DraftConfig.from_gguf(path)
+    draft = read_draft(path)
     assert fits(draft, smollm2) == []
     assert "n_embd is 576 but the target's is 960" in fits(draft, replace(smollm2, n_embd=960))[0]
     assert "[2, 9, 15, 21, 28], but the target has 24 layers" in fits(draft, replace(smollm2, n_layer=24))[0]
@@ -115,10 +115,10 @@ def test_a_dflash1_draft_is_written_and_read_back(tmp_path, model_path, cfg, opt
     assert names == set(tensor_shapes(want)) and kind_of(names) == "dflash1"
     assert not [n for n in names if "selector" in n or "conv" in n]
     assert not set(SELECTOR_KEYS) & set(s.metadata)
-    got = DraftConfig.from_gguf(path)
+    got = read_draft(path)
     assert got.kind == "dflash1" and got.selector_top_k == 0 and got.block_size == 8
     assert as_config(got) == replace(want, target_n_layer=None)
-    v2 = DraftConfig.from_gguf(_v2(tmp_path, model_path, cfg))
+    v2 = read_draft(_v2(tmp_path, model_path, cfg))
     assert v2.kind == "dflash2" and v2.selector_top_k == 16
 
 
@@ -133,17 +133,17 @@ def test_what_flashdesk_cannot_run_is_refused_clearly(tmp_path, model_path, cfg)
     path = tmp_path / "v1-d2t.gguf"  # llama.cpp loads it; the v1 drafter does not handle a reduced vocabulary
     write_dflash_draft(path, v1, random_tensors(v1, keep_ids=np.arange(0, 49152, 6, dtype=np.int64)), model_path)
     with pytest.raises(ValueError, match=r"plain DFlash \(v1\) draft with a reduced vocabulary \(d2t\)"):
-        DraftConfig.from_gguf(path)
+        read_draft(path)
     write_gguf(tmp_path / "dspark.gguf", {"dflash.block_size": 16}, ("fc.weight", "markov_w1.weight"))
     with pytest.raises(ValueError, match="is a DSpark draft"):
-        DraftConfig.from_gguf(tmp_path / "dspark.gguf")
+        read_draft(tmp_path / "dspark.gguf")
     # selector parts without selector_hidden: llama.cpp would report K candidates and build no lattice
     write_gguf(tmp_path / "half.gguf", {"dflash.selector_top_k": 16}, ("fc.weight", "selector_predecessor.weight"))
     with pytest.raises(ValueError, match="parts of a DFlash 2 candidate selector.*selector_predecessor"):
-        DraftConfig.from_gguf(tmp_path / "half.gguf")
+        read_draft(tmp_path / "half.gguf")
     write_gguf(tmp_path / "nohidden.gguf", {}, ("selector_hidden.weight",))  # DFlash 2 without its codebooks
     with pytest.raises(ValueError, match="selector lacks selector_predecessor.weight, selector_successor.weight"):
-        DraftConfig.from_gguf(tmp_path / "nohidden.gguf")
+        read_draft(tmp_path / "nohidden.gguf")
     bad = replace(v1, kind="dflash3")
     assert "kind must be one of dflash2, dflash1" in bad.problems()
 

@@ -27,7 +27,7 @@ class DraftRefused(ModelLoadError):
 
 @dataclass(frozen=True)
 class DraftInfo(DraftFile):
-    """A draft that fits its target: its config as `DraftConfig.from_gguf` read it."""
+    """A draft that fits its target: its config as `read_draft` read it."""
 
     @property
     def top_k(self) -> int:  # dflash.py's name for selector_top_k: K candidates per block slot (0: v1)

@@ -24,7 +24,7 @@ from engine.speculative.params import SpecParams
 from engine.speculative.select import select
 from engine.speculative.state import DrafterRecord
 from engine.models.store import ModelStore, no_progress
-from gguf_tools.dflash import DraftConfig, random_tensors, write_dflash_draft, write_random_draft
+from gguf_tools.dflash import DraftConfig, random_tensors, read_draft, write_dflash_draft, write_random_draft
 
 @pytest.fixture(scope="module")
 def v1_path(tmp_path_factory, model_path) -> str:
@@ -172,7 +172,7 @@ def test_a_dflash1_draft_pairs_through_the_store(tmp_path, model_path, v1_path):
     s = ModelStore(tmp_path / "home")
     s.import_file(model_path, "shop", progress=no_progress)
     m = s.pair("shop", v1_path, progress=no_progress)
-    assert m.draft == "draft.gguf" and DraftConfig.from_gguf(m.draft_path).kind == "dflash1"
+    assert m.draft == "draft.gguf" and read_draft(m.draft_path).kind == "dflash1"
     cfg = DraftConfig.for_target(model_path, kind="dflash1")
     write_dflash_draft(tmp_path / "d2t.gguf", cfg, random_tensors(cfg, keep_ids=np.arange(0, 49152, 4)), model_path)
     with pytest.raises(DraftRefused, match="d2t"):
