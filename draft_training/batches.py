@@ -12,7 +12,7 @@ Labels are the target's *greedy* continuation, which is what the engine accepts:
 trajectory's tokens a+1..a+k-1 equal the argmax chain argmax[a..a+k-2], else -1, and -1
 past the end. For a greedy answer argmax[i] = token[i+1], so every slot is labelled with
 the next token, as before; a sampled answer keeps slot 1 always and later slots up to its
-first sampled deviation (research/draft-recipe.md §1.2 item 4). Teacher top-k (soft labels)
+first sampled deviation (docs/training.md). Teacher top-k (soft labels)
 are the rows of the same argmax positions, -1 / 0 wherever the label is -1.
 
 What it is not: the model or the loss. Shapes: S sequences, L context rows (padded),

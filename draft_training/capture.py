@@ -11,7 +11,7 @@ topk.py, computed from the same logits).
 Answers: one greedy answer per prompt (the engine decodes at temperature 0), and for train
 prompts `samples` more answers sampled at a mild `temperature` (seeded per prompt and
 sample, so the same on every machine). A sampled trajectory is still good for greedy
-drafting because `argmax` is stored at every position (research/draft-recipe.md §1.2
+drafting because `argmax` is stored at every position (docs/training.md
 item 4): batches.py keeps a slot's label only where the trajectory agrees with the argmax.
 Validation prompts get only the greedy answer (trajectory tau needs greedy labels).
 
@@ -30,8 +30,8 @@ appends.
 What it is not: the prompt generator (`prompts.py`, `self_prompts.py`), the shard files and
 their reading back (`shards.py`), the top-k backfill of old folders (`topk.py`) or the trainer.
 Features are fp16 (no fp8 or projection here).
-References: DESIGN.md §2 (layer capture), §9 (what a probe measured: ~170 tok/s, ~5.8 GB
-of fp16 features per million tokens for 5 taps of 576); research/draft-recipe.md §1.2-1.3.
+References: docs/llama-cpp.md (layer capture), docs/training.md (the data: what a probe measured,
+~170 tok/s and ~5.8 GB of fp16 features per million tokens for 5 taps of 576).
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def _run(target: Model, jobs, out: Path, man: dict, cfg: CaptureConfig, max_answ
     n_enc = len(taps) * n_embd
     n_ctx = cfg.max_prompt + cfg.max_new + 1
     ctx = Context(target, ContextConfig(n_ctx_seq=n_ctx, n_seq=cfg.n_seq, n_batch=cfg.n_batch, n_threads=cfg.n_threads))
-    for lid in taps:  # before the first decode (DESIGN.md §2)
+    for lid in taps:  # before the first decode (docs/llama-cpp.md)
         ext.llama_set_embeddings_layer_inp(ctx.ptr, lid, True)
     layers = (ctypes.c_void_p * len(taps))()
     slots: list[CapturedSeq | None] = [None] * cfg.n_seq

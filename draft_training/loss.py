@@ -1,6 +1,6 @@
 """The DFlash 2 training objective and the offline acceptance measure.
 
-Loss (DESIGN.md §9, research/draft-recipe.md §1.3-1.4; NeMo AutoModel and vLLM speculators
+Loss (docs/training.md; NeMo AutoModel and vLLM speculators
 document the same objective):
 - position-weighted block cross-entropy: slot k of a block (k = 1..B-1 after the anchor)
   predicts the target's token at anchor + k. Weights (`position_weights`): "decay" is

@@ -23,7 +23,7 @@ carry massive activations): export folds it into `fc.weight`, so llama.cpp sees 
 
 Selector codebooks (`codebooks`): "free" trains the [V, R] tables themselves; "factorised"
 trains projections P [E, R] of the frozen target token embedding, table = emb @ P
-(research/draft-recipe.md §0.1 #4: free rows only learn the few thousand tokens the data
+(docs/training.md: free rows only learn the few thousand tokens the data
 shows, a projection generalises to every token). Training gathers rows first
 (emb[ids] @ P); export materialises the tables, so the GGUF layout is the same.
 What it is not: the loss (`loss.py`) or the data pipeline. Tests: tests/draft_training/

@@ -5,8 +5,8 @@ another trainer read back (`config_from_dict`); and the numbers a run derives fr
 split once: its answer anchors (what one pass covers) and the steps for a number of passes,
 the features' per-channel scale, and the kept output vocabulary.
 
-Recipes: `V1` is the recipe of DESIGN.md §9 (decay-weighted CE + selector CE, free codebooks,
-cosine over the budget). Recipe v2 (research/draft-recipe.md §1.14) adds one field per change:
+Recipes: `V1` is the first recipe (docs/training.md: decay-weighted CE + selector CE, free
+codebooks, cosine over the budget). Recipe v2 (docs/training.md) adds one field per change:
 KL on the target's top-32, D-PACE weights, factorised codebooks, a warm start, a schedule of
 2 passes with best.pt and a plateau stop. `TrainConfig()` keeps the changes an A/B showed to
 help: so far the schedule (see the comment on the defaults).
@@ -68,7 +68,7 @@ class TrainConfig:
     eval_seqs: int = 24
 
 
-# the recipe of DESIGN.md §9, reproducible: every v2 switch off
+# the first recipe (docs/training.md), reproducible: every v2 switch off
 V1 = TrainConfig(position_weights="decay", kl_weight=0.0, codebooks="free", passes=None, patience=0,
                  keep_best=False, eval_every_s=900.0)
 

@@ -4,7 +4,7 @@ What it is: `self_prompts()` feeds the target only the chat template's text up t
 user's message would start (the "pre-query": whatever the template puts before the user's
 content, its default system prompt included) and samples until the end of the turn. The
 text it writes is a user message in the target's own distribution, which is what matters
-for draft acceptance (research/draft-recipe.md §1.2 item 2a). A `zh_share` of the turns
+for draft acceptance (docs/training.md). A `zh_share` of the turns
 start with a short Traditional-Chinese opener so the target continues in Chinese. Turns
 that are too short, loop, repeat an earlier one, hold non-printable text or control tokens,
 or do not end within `max_tokens` are dropped. Many turns are sampled per decode; each

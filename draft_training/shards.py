@@ -25,7 +25,7 @@ none of the extra arrays) stay readable: `argmax` is derived from the tokens (to
 `add_topk()` backfills their top-k).
 
 What it is not: running the target (capture.py, topk.py) or the batches a trainer draws
-(batches.py). References: research/draft-recipe.md §1.2-1.3.
+(batches.py). References: docs/training.md.
 """
 
 from __future__ import annotations

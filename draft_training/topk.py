@@ -3,7 +3,7 @@
 which hold greedy answers and no top-k, by one prefill per sequence (`add_topk()`).
 
 What it is not: the capture loop (capture.py) or the shard format (shards.py, which says
-where top-k is stored). References: research/draft-recipe.md §1.2-1.3.
+where top-k is stored). References: docs/training.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Initial tensors of a draft other than random: copied from the target's own layers, or read
 from an existing DFlash 2 draft GGUF to continue training it.
 
-What it is: `target_warm_start` (research/draft-recipe.md §1.8): draft layer i <- target
+What it is: `target_warm_start` (docs/training.md): draft layer i <- target
 layer t0 + i, where t0 is the deepest tap (SmolLM2: taps ..., 28, so layers 28, 29), its
 attention, MLP and both norms; q/k norms 1 (the target has none); `fc` selects the deepest
 tap's raw features (so g = that layer's normed input, and draft layer 0's context K/V start

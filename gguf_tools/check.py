@@ -9,7 +9,7 @@ caller names them (`arrays=`), so the common call stays cheap on a 49k vocabular
 a draft's taps or a tokenizer to copy come back whole from the same bounds-checked walk.
 Not a full reader: it returns a summary (`GGUFSummary`), not tensor data.
 
-Reference: the GGUF specification (ggml docs/gguf.md), versions 2 and 3.
+Reference: the GGUF specification, versions 2 and 3 (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md).
 """
 
 from __future__ import annotations

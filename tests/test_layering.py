@@ -1,4 +1,4 @@
-"""The project's nevers (DESIGN.md §1, §7.7), read from one table and checked with an AST walk over
+"""The project's nevers (docs/architecture.md: The nevers), read from one table and checked with an AST walk over
 every import in the non-test Python: module-level and lazy (function-level) imports, relative
 imports, `importlib.import_module("...")`, and the code strings a module runs in a child
 (`python -c CODE`). Two uses that are not imports are walked too: binding C symbols with ctypes,
@@ -48,14 +48,14 @@ class Never:
 
 
 NEVERS = (
-    Never("engine never imports the server or a web package: it knows nothing of HTTP (DESIGN §1)",
+    Never("engine never imports the server or a web package: it knows nothing of HTTP (docs/architecture.md)",
           ("engine",), WEB),
     Never("engine/speculative never imports the server", ("engine/speculative",), ("server",)),
     Never("engine/grammar compiles a response format to a grammar: it never reaches the model store or "
-          "the generation core (DESIGN §1)", ("engine/grammar",),
+          "the generation core (docs/architecture.md)", ("engine/grammar",),
           ("engine.models", "engine.speculative", "engine.worker", "engine.slot", "engine.prefix")),
     Never("engine/models stores and fetches models: it never reaches the structured-output compiler or the "
-          "generation core (DESIGN §1)", ("engine/models",),
+          "generation core (docs/architecture.md)", ("engine/models",),
           ("engine.grammar", "engine.speculative", "engine.worker", "engine.slot", "engine.prefix"), (
               Allow(("engine/models/store.py",), "pairing reads a draft's header with the DFlash drafter's own "
                     "check, the one that decides whether it loads (inside pair() only)", lazy_only=True),
@@ -67,7 +67,7 @@ NEVERS = (
     Never("native/python (the flashdesk_native package) imports nothing of ours", ("native/python",), OURS),
     Never("bench never imports tests: what both use is in bench/common.py", ("bench",),
           ("tests", "conftest", TESTS_ON_PATH)),
-    Never("only engine/llama/ imports llama_cpp (DESIGN §1: the one layer that calls llama-cpp-python)",
+    Never("only engine/llama/ imports llama_cpp (docs/architecture.md: the one layer that calls llama-cpp-python)",
           ("",), ("llama_cpp",), (
               Allow(("engine/llama",), "the llama.cpp layer itself"),
               Allow(("gguf_tools/quantize.py",), "quantizes through libllama; inside quantize() only, so that "
@@ -79,7 +79,7 @@ NEVERS = (
               Allow(("bench/profile.py", "bench/builds.py"), "a benchmark records which llama.cpp build it timed "
                     "(system_info, GPU offload, the library's path)"),
           )),
-    Never("inside engine/, only engine/llama/ binds llama.cpp or ggml symbols with ctypes (DESIGN §7.7)",
+    Never("inside engine/, only engine/llama/ binds llama.cpp or ggml symbols with ctypes (docs/architecture.md)",
           ("engine",), (BINDS_C,), (
               Allow(("engine/llama",), "binds the llama.cpp and ggml symbols llama-cpp-python does not expose"),
               Allow(("engine/native.py",), "binds OUR library (flashdesk_native, built from native/), nothing else"),

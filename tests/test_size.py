@@ -1,4 +1,4 @@
-"""File sizes (DESIGN.md §7.9: "one concept each; Python soft cap 400 lines, C 600").
+"""File sizes (docs/architecture.md, Style: "one concept each; Python soft cap 400 lines, C 600").
 
 A Python or JavaScript file over the soft cap fails unless OVER_SOFT_CAP states why it is one
 concept all the same (issue 43); a file listed there that is no longer over the cap, or no longer
@@ -49,10 +49,13 @@ def sizes() -> dict[str, tuple[int, int, int]]:
     return {f.relative_to(ROOT).as_posix(): (lines(f), *CAPS[f.suffix]) for f in source_files()}
 
 
+STYLE = "docs/architecture.md, Style"
+
+
 def test_no_file_is_over_the_hard_cap():
     files = source_files()
     assert {".py", ".c", ".h", ".js"} <= {f.suffix for f in files}, "the walk misses a kind of source file"
-    over = [f"{name}: {n} lines, over the hard cap of {hard} (soft cap {soft}, DESIGN §7.9): split it by concept"
+    over = [f"{name}: {n} lines, over the hard cap of {hard} (soft cap {soft}, {STYLE}): split it by concept"
             for name, (n, soft, hard) in sizes().items() if n > hard]
     assert not over, "\n".join(over)
 
@@ -63,10 +66,10 @@ def test_no_file_is_over_the_soft_cap_without_a_stated_reason():
         if n <= soft or name in OVER_SOFT_CAP:
             continue
         if name.endswith(STRICT):
-            over.append(f"{name}: {n} lines, over the soft cap of {soft} (DESIGN §7.9): split it by concept, "
+            over.append(f"{name}: {n} lines, over the soft cap of {soft} ({STYLE}): split it by concept, "
                         "or state in OVER_SOFT_CAP (tests/test_size.py) why it is one concept")
         else:
-            warnings.warn(f"{name}: {n} lines, over the soft cap of {soft} (DESIGN §7.9): one concept?", stacklevel=1)
+            warnings.warn(f"{name}: {n} lines, over the soft cap of {soft} ({STYLE}): one concept?", stacklevel=1)
     assert not over, "\n".join(over)
 
 

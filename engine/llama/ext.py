@@ -9,7 +9,7 @@ three if none is found. Every module of flashdesk that needs one of these functi
 imports it from here, never from `llama_cpp` or `llama_cpp.llama_cpp_ext`.
 
 Not a wrapper with checks: these are raw ctypes functions. Several of them abort the
-process on bad input (see DESIGN.md §2): the DFlash drafter checks every call first
+process on bad input (see docs/llama-cpp.md): the DFlash drafter checks every call first
 (engine/speculative/drafters/dflash.py; the draft file itself, dflash_fit.py).
 
 References: llama.cpp `src/llama-ext.h`, `src/llama-context.cpp`, `src/llama-model.cpp`.

@@ -1,6 +1,6 @@
 """The speculative step: a drafter proposes, the target verifies the block in one decode.
 
-Words (DESIGN.md §3):
+Words (docs/architecture.md):
   target      the model the user wants output from
   draft       the DFlash model (DFlash 2, or plain DFlash v1) or prompt lookup that proposes tokens
   anchor      the last committed token; slot 0 of the block

@@ -1,6 +1,6 @@
 """Choose each step's path length T (0 = decode plainly) from what this machine costs.
 
-A verify of k rows is not free on a CPU: c(k) grows almost linearly (DESIGN.md §5).
+A verify of k rows is not free on a CPU: c(k) grows almost linearly (docs/llama-cpp.md, What it costs here).
 With per-position acceptance rates a_i (the running estimate of P(position i accepted |
 positions before it accepted)), a path of T tokens commits on average
 E(T) = 1 + sum_{j=1..T} prod_{i<=j} a_i tokens for c(T+1) + d(T) milliseconds, plain

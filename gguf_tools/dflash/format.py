@@ -25,7 +25,7 @@ Conventions read from the vendored llama.cpp (llama-cpp-python 0.3.36, commit 0c
 - `dflash.target_layers` holds HF layer id + 1 = the llama.cpp layer whose *input* is
   captured on the target (`llama_set_embeddings_layer_inp(ctx, id, true)`).
 - The mask token is read from `tokenizer.ggml.mask_token_id` (`llama_vocab_mask`);
-  `dflash.mask_token_id` (DESIGN.md §2) is written too but llama.cpp ignores it.
+  `dflash.mask_token_id` (docs/llama-cpp.md) is written too but llama.cpp ignores it.
 - NumPy shapes here are the reverse of ggml's `ne` order.
 - The optional settings (`DraftConfig` fields after `name`) are keys dflash.cpp reads;
   each defaults to "not written" (write.py's doc says how llama.cpp applies them).
@@ -137,7 +137,7 @@ def default_target_layers(n_layer: int, n_taps: int = 5) -> tuple[int, ...]:
     """Capture ids (llama.cpp layer whose input is tapped = HF id + 1), evenly spaced.
 
     HF ids run from 1 to n_layer - 3 (rounded half to even); for a 30-layer target this
-    gives (2, 9, 15, 21, 28), the taps DESIGN.md §9 trained with.
+    gives (2, 9, 15, 21, 28), the taps the shipped SmolLM2 draft was trained with.
     """
     hi = max(1, n_layer - 3)
     hf = np.round(np.linspace(1, hi, n_taps)).astype(int)

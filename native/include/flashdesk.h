@@ -7,7 +7,7 @@
  * llama.cpp or a model; callers pass plain arrays. No allocation, no RNG, no
  * global state: every function is reentrant and reproducible.
  *
- * Words as in DESIGN.md section 3. Each entry point has a NumPy reference in
+ * Words as in docs/architecture.md, Words. Each entry point has a NumPy reference in
  * tests/native/numpy_reference.py (the specification the tests hold this code to).
  */
 #ifndef FLASHDESK_H

@@ -4,7 +4,7 @@
  * transition scores the draft graph computed (layout in flashdesk.h):
  *   walk     upstream llama.cpp's greedy walk (the selector was trained for it),
  *   viterbi  the max-product path under p_t(b|a) = softmax_b score_t[a][b],
- *   dp       the path with the most expected accepted tokens (DESIGN.md section 2),
+ *   dp       the path with the most expected accepted tokens (docs/llama-cpp.md, The lattice),
  *   top1     DFlash v1: each position's best unary logit, ignoring transitions,
  *   sample   the walk with draws instead of argmaxes, for temperature > 0.
  * What it is not: the draft forward, the top-K or the scores (llama.cpp's graph does

@@ -1,4 +1,4 @@
-"""Training recipe v2 (research/draft-recipe.md §1.14), one switch at a time: the KL to the
+"""Training recipe v2 (docs/training.md), one switch at a time: the KL to the
 target's top-k against a brute-force reference, D-PACE weights by hand, factorised codebooks
 (exported tables = emb @ P, lossless in the engine), init_from an existing draft (its tensors
 back out unchanged), the warm start from the target's layers (and the RoPE row order it

@@ -1,6 +1,6 @@
 """Random DFlash 2 lattices for the native tests (a helper module, not a test file).
 
-Built like the draft's nextn output (DESIGN.md section 2): one row per block slot,
+Built like the draft's nextn output (docs/llama-cpp.md, The lattice): one row per block slot,
 [K candidate ids as float32 | K*K scores predecessor-major | padding]. Bytes the
 selectors must never read (the anchor row, the padding, rows past slot T) are NaN,
 so a stray read shows up as an FD_ERR_VALUE instead of passing silently.

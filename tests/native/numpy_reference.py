@@ -8,7 +8,7 @@ results agree to the last bit wherever exp() does.
 What it is not: used at run time, or a validator (the C checks its inputs; the tests
 check the C's refusals directly).
 
-Words and lattice layout: DESIGN.md sections 2-3 and native/include/flashdesk.h.
+Words and lattice layout: docs/architecture.md, docs/llama-cpp.md and native/include/flashdesk.h.
 """
 
 from __future__ import annotations

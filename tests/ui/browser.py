@@ -21,7 +21,7 @@ from conftest import ROOT, serving
 # Debian's chromium; where there is none (Ubuntu's apt has only a snap launcher) Playwright's own
 # build, which scripts/test.sh fetches; FLASHDESK_TEST_CHROMIUM names another binary.
 CHROMIUM = os.environ.get("FLASHDESK_TEST_CHROMIUM") or shutil.which("chromium")
-# What DESIGN.md §8 found works with no network beyond loopback (Playwright adds a fresh profile).
+# What works with no network beyond loopback (Playwright adds a fresh profile).
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ARTIFACTS = ROOT / "test-artifacts" / "ui"

@@ -4,7 +4,7 @@ The loop owns the target context and decides block lengths; a drafter only propo
 keeps whatever state it needs (a DFlash draft's own KV cache, an n-gram index) in step
 with what the target committed. A drafter proposes either a path (lookup, DFlash v1) or a
 lattice (DFlash 2); turning a lattice into a path is the select stage's job (select.py), and only
-its. Words as in DESIGN.md §3.
+its. Words as in docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class SeqView:
 
 @dataclass
 class Lattice:
-    """A DFlash 2 block's output (layout in DESIGN.md §2): row i >= 1 holds slot i's K candidate
+    """A DFlash 2 block's output (layout: docs/llama-cpp.md, The lattice): row i >= 1 holds slot i's K candidate
     ids (as float32) and K x K transition scores, predecessor-major; row 0, the anchor, is zeros."""
 
     rows: np.ndarray  # [B, n_embd] float32, B = anchor + drafted slots

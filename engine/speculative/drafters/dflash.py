@@ -7,7 +7,7 @@ and creates the draft context (engine/llama/draft_context.py). `observe` copies 
 captured features of committed target rows, tap by tap; the next `propose` decodes them
 into the draft context as an embedding batch at the target positions (KV injection),
 many rows per call, then decodes one block `[anchor, mask, ..., mask]` per sequence and
-returns each block's lattice (DFlash 2, DESIGN.md §2, §3) or, for a v1 draft (no
+returns each block's lattice (DFlash 2, docs/llama-cpp.md, The lattice) or, for a v1 draft (no
 candidate selector), a path: each slot's top-1, the argmax of that slot's draft logits.
 A v1 path is deterministic, so acceptance verifies it as a point mass (accept.py), at
 temperature 0 and above, exactly like a prompt-lookup path.

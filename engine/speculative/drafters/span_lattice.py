@@ -2,7 +2,7 @@
 candidate per position, so that the select stage's DP chooses, position by position, between
 following the span and the draft's 16 (issue 24, part 2).
 
-Layout as in DESIGN.md §2: row t >= 1 holds K candidate ids, then K x K scores, predecessor-major;
+Layout as in docs/llama-cpp.md, The lattice: row t >= 1 holds K candidate ids, then K x K scores, predecessor-major;
 the DP reads p_t(b|a) = softmax(scores_t[a])[b] as the chance that b is accepted after a. The merged
 lattice has K + 1 candidates, the last being the span's token at that position (its "span slot").
 Its scores are log-probabilities, so the selectors' softmax gives back exactly:

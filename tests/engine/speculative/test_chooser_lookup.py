@@ -18,7 +18,7 @@ def learned(ms: list[float], per_row: float | None = None, seqs: tuple[int, ...]
     return model
 
 
-# This machine's shape of the cost curve (DESIGN.md §5): nearly linear on a 2-core CPU.
+# This machine's shape of the cost curve (docs/llama-cpp.md, What it costs here): nearly linear on a 2-core CPU.
 CPU = learned([7.0, 13.0, 16.0, 19.3, 22.6, 25.9, 29.2, 32.6] + [32.6 + 3.3 * i for i in range(1, 9)])
 GPU = learned([7.0 + 0.1 * k for k in range(16)])  # nearly flat up to 16 rows
 
