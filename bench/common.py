@@ -48,6 +48,20 @@ def dev_prompts() -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def spread(prompts: list[dict], n: int) -> list[dict]:
+    """n prompts taken in turn from each category, so every kind of request is in a short run."""
+    by_cat: dict[str, list[dict]] = {}
+    for p in prompts:
+        by_cat.setdefault(p.get("category", "misc"), []).append(p)
+    out, i = [], 0
+    while len(out) < min(n, len(prompts)):
+        for rows in by_cat.values():
+            if i < len(rows) and len(out) < n:
+                out.append(rows[i])
+        i += 1
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

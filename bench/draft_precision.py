@@ -26,27 +26,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import dev_prompts, test_home  # noqa: E402
+from bench.common import dev_prompts, spread, test_home  # noqa: E402
 from draft_training.evaluate import online_eval  # noqa: E402
 from draft_training.warm_start import load_warm_start  # noqa: E402
 from gguf_tools.dflash import write_dflash_draft  # noqa: E402
 from gguf_tools.dflash.write import MATRIX_DTYPES  # noqa: E402
 
 SHIPPED = ROOT / "engine" / "drafts" / "smollm2-dflash2.gguf"
-
-
-def spread(prompts: list[dict], n: int) -> list[dict]:
-    """n prompts taken in turn from each category, so every kind of request is in a short run."""
-    by_cat: dict[str, list[dict]] = {}
-    for p in prompts:
-        by_cat.setdefault(p.get("category", "misc"), []).append(p)
-    out, i = [], 0
-    while len(out) < min(n, len(prompts)):
-        for rows in by_cat.values():
-            if i < len(rows) and len(out) < n:
-                out.append(rows[i])
-        i += 1
-    return out
 
 
 def rewrite(draft: Path, target: str, dtype: str, folder: Path) -> Path:

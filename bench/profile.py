@@ -29,6 +29,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
+from bench.common import spread  # noqa: E402
 from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
 from engine.llama.context import Context, ContextConfig  # noqa: E402
 from engine.llama.model import Model  # noqa: E402
@@ -81,16 +82,7 @@ def batch_invariance(model: Model, prompt: list[int], n_threads: int, n: int = 1
 
 def load_prompts(path: Path, n: int) -> list[dict]:
     rows = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
-    by_cat: dict[str, list] = {}
-    for r in rows:
-        by_cat.setdefault(r.get("category", "misc"), []).append(r)
-    picked, i = [], 0
-    while len(picked) < min(n, len(rows)):  # round robin over categories
-        for lst in by_cat.values():
-            if i < len(lst) and len(picked) < n:
-                picked.append(lst[i])
-        i += 1
-    return picked
+    return spread(rows, n)  # round robin over categories
 
 
 def main() -> int:

@@ -145,8 +145,11 @@ class Speculation:
                                 ex.max_rows, draft, self.draft_error, self.cost_curve, self.gain.as_dict(),
                                 prompt_chunk=self.chunks.size if self.chunks.aligned else None,
                                 prompt_why=self.chunks.why,
-                                draft_measured=MeasuredGain.pooled([r.gain for mode, r in self.policy.records.items()
-                                                                    if DFLASH in mode.split("+")]))
+                                draft_measured=self._draft_measured())
+
+    def _draft_measured(self) -> dict | None:
+        """What the DFlash draft did for the answers it drafted for, pooled over the modes it drafts in."""
+        return MeasuredGain.pooled([r.gain for mode, r in self.policy.records.items() if DFLASH in mode.split("+")])
 
     # -- worker thread only, from here on ---------------------------------------------
 
@@ -191,7 +194,7 @@ class Speculation:
             self.costs.save(self.config.cost_cache)
         got = self.gain.as_dict()
         if self.config.measured_cache and got:
-            MeasuredSpeedup(time.time(), got["answers"], got["speedup"], self.facts().draft_measured).save(
+            MeasuredSpeedup(time.time(), got["answers"], got["speedup"], self._draft_measured()).save(
                 self.config.measured_cache)
         self._saved = time.monotonic()
 
