@@ -1,18 +1,18 @@
 """The anchor, side by side in one command: stock llama-server against flashdesk (off and auto)
 on the same GGUF, prompts and work orders, greedy, at 1, 4 and 8 concurrent clients (issue 51).
 
-    .venv/bin/python bench/anchor.py [--model smollm2|random-1.6b] [--loads chat,workorders]
+    .venv/bin/python -m bench anchor [--model smollm2|random-1.6b] [--loads chat,workorders]
         [--clients 1,4,8] [--rounds 3] [--max-tokens N] [--sides llama-server,off,auto]
-        [--native|--portable] [--ctx 4096] [--threads N] [--llama-server-args '--poll 0'] [--out bench/out/anchor.json]
+        [--native|--portable] [--ctx 4096] [--threads N] [--llama-server-args '--poll 0'] [--out bench/out/anchor]
 
 Sides: `llama-server`, built from the pinned llama.cpp source without flashdesk's patches
-(bench/llama_server.py, built once per machine and cached like the wheel) and run with its own
+(`python -m bench llama_server`, built once per machine and cached like the wheel) and run with its own
 settings for this load (one slot per client, continuous batching and prompt cache on, as it
 ships); `off` and `auto`: one `flashdesk serve`, each request asking its speculation mode. Both
 servers get the same threads, slots (the largest client count) and context per slot, and run for
 the whole bench. Each round, each client count, the sides take turns in an order that rotates.
 
-Loads: `chat`, the 8 dev prompts bench/serve.py picks; `workorders`, the dev work orders as the
+Loads: `chat`, 8 dev prompts (as `--prompts 8` picks them); `workorders`, the dev work orders as the
 work-order route prompts them, sent to both servers as chat completions with the template's schema
 as `response_format` (json_schema): the work-order route itself exists on flashdesk only.
 With c clients, c threads take requests from one shared list until it is empty: every side runs
@@ -20,7 +20,7 @@ the same requests. Per cell: aggregate completion tokens/s (tokens / the batch's
 time to first token and latency (p50/p95, over every request of every round), the ratio
 flashdesk / llama-server (median of the rounds' ratios), and whether greedy texts matched: off and
 auto must (lossless), llama-server's may differ (another chat renderer, its own kernels).
-Writes bench/out/anchor.json and anchor.md (the table, printed too).
+The record's .md has the table (printed too).
 
 Models: `smollm2` (the test cache's, with its paired draft) and `random-1.6b`: 28 layers x 2048,
 random Q4_K_M weights, SmolLM2's tokenizer (bench/gpu_check.py's writer, cached in the test home);
@@ -30,10 +30,7 @@ a shared machine is noisy: quote the ratios.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import queue
 import shlex
 import signal
@@ -45,11 +42,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.common import (EVAL_DATA, ServerProcess, drop_callers_settings, free_port, linked_home,  # noqa: E402
-                          test_home)
-from bench.llama_server import build_info, ensure_llama_server, llama_source  # noqa: E402
+from bench import datasets, lib
+from bench.harness import ROOT, ServerProcess, free_port, linked_home, test_home
+from bench.lib import Record
+from bench.llama_server import build_info, ensure_llama_server, llama_source
 
 SIDES = ("llama-server", "off", "auto")
 MAX_TOKENS = {"smollm2": 128, "random-1.6b": 32}
@@ -234,8 +230,7 @@ def batch(client, model: str, side: str, reqs: list[dict], clients: int, max_tok
 # ---- the loads and models ------------------------------------------------------------------
 
 def chat_load() -> list[dict]:
-    from bench.serve import pick_prompts  # the same 8 as serve.py's streams part
-    return [{"id": p.get("id"), "messages": p["messages"]} for p in pick_prompts(8)]
+    return [{"id": p.get("id"), "messages": p["messages"]} for p in datasets.prompts(8)]  # serve's part C too
 
 
 def workorder_load(n: int) -> list[dict]:
@@ -245,8 +240,7 @@ def workorder_load(n: int) -> list[dict]:
     from server.workorders import prompt
     from server.workorders.templates import TemplateStore
     t = TemplateStore(None).get("work_order")
-    cases = [json.loads(line) for line in (EVAL_DATA / "workorders-dev.jsonl").read_text("utf-8").splitlines()
-             if line.strip()][:n]
+    cases = datasets.workorders()[:n]
     fmt = {"type": "json_schema", "json_schema": {"name": t.name, "schema": t.schema}}
     return [{"id": c["id"], "messages": prompt.messages(t, c["text"], dt.date.fromisoformat(c["sent"])),
              "response_format": fmt} for c in cases]
@@ -268,18 +262,6 @@ def model_file(name: str, store) -> Path:
     return out
 
 
-def device() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    return {"cpu": cpu, "cores": os.cpu_count(), "machine": platform.machine(), "platform": platform.platform()}
-
-
-def git_commit() -> str:
-    run = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()  # noqa: E731
-    dirty = run("status", "--porcelain", "--untracked-files=no")  # the tree beside the commit, as timed
-    return run("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
-
-
 def flashdesk_build() -> dict:
     """What the .venv's llama-cpp-python was built with (scripts/setup.sh's stamp)."""
     stamp = ROOT / ".venv" / "llama-cpp-flags"
@@ -289,31 +271,28 @@ def flashdesk_build() -> dict:
 
 # ---- the run -------------------------------------------------------------------------------
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", choices=tuple(MAX_TOKENS), default="smollm2")
+def add_arguments(ap) -> None:
     ap.add_argument("--loads", default="chat,workorders")
     ap.add_argument("--clients", default="1,4,8")
-    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, help="default: 128 for smollm2, 32 for random-1.6b")
     ap.add_argument("--sides", default=",".join(SIDES))
     ap.add_argument("--workorders", type=int, default=8, help="dev work orders in the workorders load")
     ap.add_argument("--ctx", type=int, default=4096, help="context per slot, both servers")
-    ap.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8),
-                    help="both servers (flashdesk's default)")
     ap.add_argument("--llama-server-args", default="", help="extra llama-server flags, e.g. '--poll 0'")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--native", dest="native", action="store_true", default=None, help="llama-server: GGML_NATIVE on")
     g.add_argument("--portable", dest="native", action="store_false", help="llama-server: GGML_NATIVE=OFF")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "anchor.json"))
-    a = ap.parse_args()
-    drop_callers_settings()  # before anything imports the engine; the servers read none of them either
+    ap.set_defaults(model="smollm2")
+
+
+def run(a) -> Record:
+    if a.model not in MAX_TOKENS:
+        raise SystemExit(f"anchor: --model is one of {', '.join(MAX_TOKENS)}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill runs the finally below too
 
     import openai
 
-    from engine.models.pull import pull
-    from engine.models.store import ModelStore, no_progress
+    from engine.models.store import ModelStore
 
     sides = [s for s in a.sides.split(",") if s]
     counts = [int(n) for n in a.clients.split(",") if n]
@@ -321,8 +300,8 @@ def main() -> int:
     max_tokens = a.max_tokens or MAX_TOKENS[a.model]
     fd_build = flashdesk_build()
     native = fd_build["native"] if a.native is None else a.native  # default: like flashdesk's own build
+    lib.test_model("smollm2")
     store = ModelStore(test_home())
-    pull(store, "smollm2", progress=no_progress)
     gguf = model_file(a.model, store)
     requests = {"chat": chat_load} | {"workorders": lambda: workorder_load(a.workorders)}
     reqs = {name: requests[name]() for name in loads}
@@ -335,7 +314,7 @@ def main() -> int:
     try:
         if "llama-server" in sides:
             binary = ensure_llama_server(native)
-            log = Path(a.out).with_name(Path(a.out).stem + "-llama-server.log")  # kept: a failed start says why
+            log = lib.out_base(a.out).with_name(lib.out_base(a.out).name + "-llama-server.log")  # kept: says why
             log.parent.mkdir(parents=True, exist_ok=True)
             servers["llama-server"] = LlamaServer(binary, gguf, slots, a.ctx, a.threads, log,
                                                   tuple(shlex.split(a.llama_server_args)))
@@ -374,27 +353,17 @@ def main() -> int:
 
     cells = [{"model": a.model, "load": load, "clients": n, "summary": cell_summary(samples[(load, n)]),
               "samples": samples[(load, n)]} for load in loads for n in counts]
-    version = llama_source.pinned_version()
-    result = {"llama_cpp_python": version,
-              "llama_server_build": build_info(binary) if "llama-server" in sides else None,
-              "flashdesk_build": fd_build, "flashdesk_commit": git_commit(), "device": device(), "model": a.model,
-              "gguf": str(gguf), "params": {"loads": loads, "clients": counts, "rounds": a.rounds,
-                                            "max_tokens": max_tokens,
-                                            "sides": sides, "ctx_per_slot": a.ctx, "slots": slots, "threads": a.threads,
-                                            "llama_server_native": native, "workorders": a.workorders},
-              "llama_server_cmd": servers["llama-server"].cmd if "llama-server" in servers else None,
-              "cells": cells}
     table = markdown(cells, sides)
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    out.with_suffix(".md").write_text(table)
     print(table)
     bad = sum(c["summary"]["same_text"].get("off=auto", {}).get("of", 0)
               - c["summary"]["same_text"].get("off=auto", {}).get("equal", 0) for c in cells)
     print(f"off and auto texts that differ: {bad}")
-    return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return Record("anchor", {"model": a.model, "loads": loads, "clients": counts, "rounds": a.rounds,
+                             "max_tokens": max_tokens, "sides": sides, "ctx_per_slot": a.ctx, "slots": slots,
+                             "threads": a.threads, "llama_server_native": native, "workorders": a.workorders},
+                  figures={"llama_cpp_python": llama_source.pinned_version(),
+                           "llama_server_build": build_info(binary) if "llama-server" in sides else None,
+                           "flashdesk_build": fd_build,
+                           "llama_server_cmd": servers["llama-server"].cmd if "llama-server" in servers else None,
+                           "cells": cells},
+                  markdown=table, ok=not bad, model={"path": str(gguf)})

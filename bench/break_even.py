@@ -19,16 +19,15 @@ answer times every block. What is timed, from outside the engine:
   the published block-16 tau carried to block B with one acceptance rate per position (a draft whose
   acceptance falls along the block, as DFlash's does, does better at small B than this says).
 
-    .venv/bin/python bench/break_even.py [--entries qwen3.5-4b,qwen3-8b] [--draft-dtypes bf16,q8_0]
+    .venv/bin/python -m bench break_even [--entries qwen3.5-4b,qwen3-8b] [--draft-dtypes bf16,q8_0]
         [--rounds 3] [--steps 2] [--threads 2] [--dir ~/.cache/flashdesk-bench/real]
-    .venv/bin/python bench/break_even.py --table   # the Markdown again from bench/out/break_even.json
+    .venv/bin/python -m bench break_even --table   # the Markdown again from bench/out/break_even.json
 
-Writes bench/out/break_even.json and prints the Markdown table the README quotes.
+Prints the Markdown table docs/speculative.md quotes (and keeps it in the record's .md).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -36,17 +35,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from bench import lib
+from bench.lib import GREEDY, Record
+from engine import Engine, EngineConfig
+from engine.speculative.drafters.dflash import DFlashDrafter
+from engine.speculative.params import DFLASH, OFF, SpecParams
+from gguf_tools.random_targets.real import DRAFT_BLOCK, DRAFT_LAYERS, write_real_draft, write_real_shape
 
-from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
-from engine.speculative.drafters.dflash import DFlashDrafter  # noqa: E402
-from engine.speculative.params import DFLASH, OFF, SpecParams  # noqa: E402
-from gguf_tools.random_targets.real import DRAFT_BLOCK, DRAFT_LAYERS, write_real_draft, write_real_shape  # noqa: E402
-
-GREEDY = SamplingParams(temperature=0)
-OUT = ROOT / "bench" / "out" / "break_even.json"
 # Published acceptance (tau: tokens committed per verify at block 16, greedy, thinking off) of z-lab's
 # Qwen3-4B-DFlash-b16, measured by a third party on SGLang against Qwen/Qwen3-4B: MT-Bench (chat) 3.43,
 # the mean over GSM8K, MATH-500, HumanEval, MBPP and MT-Bench 6.05. No figure was found for the
@@ -117,8 +112,8 @@ def measure(entry: str, target: str, drafts: dict[str, str], blocks: list[int], 
                       drafters=[copy_factory(path, modes[d], timers) for d, path in drafts.items()])
     decodes = Timed(eng.ctx, "decode", lambda args, _: args[0].n)  # every decode of the target, by rows
     try:
-        if not eng.spec.enabled:
-            raise SystemExit(f"{entry}: speculation is off on this build ({eng.spec.exactness})")
+        if not lib.speculation(eng).enabled:
+            raise SystemExit(f"{entry}: speculation is off on this build ({lib.speculation(eng).exactness})")
         ids = eng.tokenize_prompt(eng.render_chat([{"role": "user", "content": PROMPT}]))
         eng.complete(ids, sampling=GREEDY, max_tokens=2, speculative=SpecParams(mode=OFF))  # warm-up
         for r in range(rounds):
@@ -157,26 +152,20 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--entries", default=",".join(DRAFT_LAYERS))
     ap.add_argument("--draft-dtypes", default="bf16,q8_0")
     ap.add_argument("--blocks", default=",".join(str(b) for b in range(2, DRAFT_BLOCK + 1)))
-    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=2, help="steps at B = 16 before the answer's end narrows them")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--dir", default=os.path.expanduser("~/.cache/flashdesk-bench/real"))
-    ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--table", action="store_true", help="print the table of --out again")
-    a = ap.parse_args()
-    if a.table:
-        print(table(json.loads(Path(a.out).read_text())))
-        return 0
-    from bench.common import test_home
-    from engine.models.pull import pull
-    from engine.models.store import ModelStore, no_progress
 
-    smollm2 = pull(ModelStore(test_home()), "smollm2", progress=no_progress).path
+
+def run(a) -> Record | int:
+    if a.table:
+        print(table(json.loads(lib.out_json(a.out).read_text())))
+        return 0
+    smollm2 = lib.test_model("smollm2").path
     folder = Path(a.dir)
     folder.mkdir(parents=True, exist_ok=True)
     blocks = [int(b) for b in a.blocks.split(",")]
@@ -193,13 +182,10 @@ def main() -> int:
                 write_real_draft(path, entry, target, matrix_dtype=dtype)
             drafts[dtype] = str(path)
         entries.append(measure(entry, str(target), drafts, blocks, a.rounds, a.steps, a.threads))
-    result = {"entries": entries, "published_tau": PUBLISHED_TAU, "rounds": a.rounds, "steps": a.steps,
-              "threads": a.threads, "when": time.strftime("%Y-%m-%d %H:%M")}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=1))
+    result = {"entries": entries, "published_tau": PUBLISHED_TAU}
     print(table(result))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return Record("break_even", {"entries": a.entries, "draft_dtypes": a.draft_dtypes, "blocks": a.blocks,
+                                 "rounds": a.rounds, "steps": a.steps, "threads": a.threads},
+                  samples=[{"entry": e["entry"], **r} for e in entries for r in e["rows"]],
+                  medians={f"c1_ms {e['entry']}": e["c1_ms"] for e in entries}, figures=result,
+                  markdown=table(result))

@@ -1,7 +1,7 @@
 """What a work order's copy fields cost before the model runs: the per-request grammar (x-copy,
 engine/grammar/copy.py) for messages of growing length, in its parts, median of alternated rounds.
 
-    .venv/bin/python bench/copy_grammar.py [--chars 500,2000,8000] [--rounds 5]
+    .venv/bin/python -m bench copy_grammar [--chars 500,2000,8000] [--rounds 5]
 
 Parts: the substring automaton and its GBNF (`Constraint.grammar_for`), llama.cpp's check of the
 grammar against the vocabulary (the engine's submit), the request's grammar sampler (a slot's
@@ -11,38 +11,27 @@ work orders' texts joined, cut to the length; the template is the built-in `work
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.common import EVAL_DATA, drop_callers_settings, test_home  # noqa: E402
-
-drop_callers_settings()
-
-from engine.grammar import gbnf  # noqa: E402
-from engine.llama.grammar import Grammar  # noqa: E402
-from engine.llama.model import Model  # noqa: E402
-from engine.models.pull import pull  # noqa: E402
-from engine.models.store import ModelStore, no_progress  # noqa: E402
-from server.workorders.templates import TemplateStore  # noqa: E402
+from bench import datasets, lib
+from bench.lib import Record
+from engine.grammar import gbnf
+from engine.llama.grammar import Grammar
+from engine.llama.model import Model
+from server.workorders.templates import TemplateStore
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--chars", default="500,2000,8000")
-    ap.add_argument("--rounds", type=int, default=5)
-    a = ap.parse_args()
-    store = ModelStore(test_home())
-    pull(store, "smollm2", progress=no_progress)
-    model = Model(store.get("smollm2").path)
+    ap.set_defaults(rounds=5)
+
+
+def run(a) -> Record:
+    path = lib.model_path(a.model)
+    model = Model(path)
     template = TemplateStore(None).get("work_order")
-    cases = [json.loads(line) for line in (EVAL_DATA / "workorders-dev.jsonl").read_text("utf-8").splitlines() if line]
-    corpus = "\n\n".join(c["text"] for c in cases)
+    corpus = "\n\n".join(c["text"] for c in datasets.workorders())
     sizes = [int(n) for n in a.chars.split(",")]
     times: dict[int, dict[str, list[float]]] = {n: {} for n in sizes}
     for r in range(a.rounds):
@@ -64,7 +53,7 @@ def main() -> None:
     for n in sizes:
         print(f"{n:6d} " + " ".join(f"{statistics.median(v):15.1f}" for v in times[n].values()))
     model.close()
-
-
-if __name__ == "__main__":
-    main()
+    return Record("copy_grammar", {"chars": sizes, "rounds": a.rounds},
+                  samples=[{"chars": n, "part": part, "ms": v} for n in sizes for part, v in times[n].items()],
+                  medians={f"{part} {n}": statistics.median(v) for n in sizes for part, v in times[n].items()},
+                  model={"path": path})

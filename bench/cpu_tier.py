@@ -17,14 +17,13 @@ card (table() says why cores share a row).
 (tests/data/workorders-dev.jsonl) of the tokens an order adds after the shared prompt (the system
 prompt and worked examples, whose KV is reused) and of its expected JSON, in SmolLM2's tokenizer.
 
-    .venv/bin/python bench/cpu_tier.py [--rounds 3] [--threads 2] [--dir ~/.cache/flashdesk-bench/real]
-    .venv/bin/python bench/cpu_tier.py --tokens
-    .venv/bin/python bench/cpu_tier.py --table   # the table again from bench/out/cpu_tier.json's rates
+    .venv/bin/python -m bench cpu_tier [--rounds 3] [--threads 2] [--dir ~/.cache/flashdesk-bench/real]
+    .venv/bin/python -m bench cpu_tier --tokens
+    .venv/bin/python -m bench cpu_tier --table   # the table again from bench/out/cpu_tier.json's rates
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -34,22 +33,17 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.common import EVAL_DATA, drop_callers_settings, test_home  # noqa: E402
-
-drop_callers_settings()
-
-from engine.llama.context import Context, ContextConfig  # noqa: E402
-from engine.llama.model import Model  # noqa: E402
-from engine.models import catalog, measure, speed, tiers  # noqa: E402
-from engine.models.pull import pull  # noqa: E402
-from engine.models.store import ModelStore, no_progress  # noqa: E402
-from gguf_tools.random_targets.real import SHAPES, write_real_shape  # noqa: E402
-from server.settings import ENGINE_DEFAULTS  # noqa: E402
+from bench import datasets, lib
+from bench.harness import test_home
+from bench.lib import Record
+from engine.llama.context import Context, ContextConfig
+from engine.llama.model import Model
+from engine.models import catalog, measure, speed, tiers
+from engine.models.store import ModelStore
+from gguf_tools.random_targets.real import SHAPES, write_real_shape
+from server.settings import ENGINE_DEFAULTS
 
 GIB = 1 << 30
-OUT = ROOT / "bench" / "out" / "cpu_tier.json"
 
 
 def work_order(model: Model, threads: int) -> tuple[float, float]:
@@ -156,8 +150,7 @@ def tokens(store: ModelStore) -> dict:
     template = TemplateStore(None).get("work_order")
     added, answers = [], []
     try:
-        for line in (EVAL_DATA / "workorders-dev.jsonl").read_text(encoding="utf-8").splitlines():
-            case = json.loads(line)
+        for case in datasets.workorders():
             turn = messages(template, case["text"], dt.date.fromisoformat(case["sent"]))[-1]["content"]
             added.append(len(model.tokenize(turn, add_bos=False)) + 8)  # + the turn's role markers
             answers.append(len(model.tokenize(json.dumps(case["expected"], ensure_ascii=False), add_bos=False)))
@@ -167,34 +160,29 @@ def tokens(store: ModelStore) -> dict:
             "answer_tokens": statistics.median(answers)}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+def add_arguments(ap) -> None:
     ap.add_argument("--dir", default=os.path.expanduser("~/.cache/flashdesk-bench/real"))
-    ap.add_argument("--tokens", action="store_true", help="print the work-order token medians and stop")
-    ap.add_argument("--table", action="store_true", help=f"recompute only the table, from {OUT.name}'s rates")
-    a = ap.parse_args()
+    ap.add_argument("--tokens", action="store_true", help="the work-order token medians only")
+    ap.add_argument("--table", action="store_true", help="recompute only the table, from --out's rates")
+
+
+def run(a) -> Record | int:
     cells = ENGINE_DEFAULTS.n_ctx * ENGINE_DEFAULTS.n_parallel  # as the server allocates by default
     if a.table:
-        result = json.loads(OUT.read_text(encoding="utf-8"))
-        result["table"] = table(speed.Rates(**result["rates"]), cells)
-        OUT.write_text(json.dumps(result, indent=1), encoding="utf-8")
-        print(json.dumps(result["table"], indent=1))
-        return 0
+        rec = Record.from_json(json.loads(lib.out_json(a.out).read_text(encoding="utf-8")))
+        rec.figures["table"] = table(speed.Rates(**rec.figures["rates"]), cells)
+        print(json.dumps(rec.figures["table"], indent=1))
+        return rec
+    lib.test_model(catalog.DEFAULT_MODEL)  # pulled into the tests' cache once per machine
     store = ModelStore(test_home())
-    pull(store, catalog.DEFAULT_MODEL, progress=no_progress)
     if a.tokens:
-        print(json.dumps(tokens(store), indent=1))
-        return 0
+        found = tokens(store)
+        print(json.dumps(found, indent=1))
+        return Record("cpu_tier --tokens", {}, medians=found, model={"path": store.get(catalog.DEFAULT_MODEL).path})
     folder = Path(a.dir)
     folder.mkdir(parents=True, exist_ok=True)
     paths = files(store, folder)
     rates, rows = compare(paths, a.rounds, a.threads)
-    result = {"threads": a.threads, "rounds": a.rounds, "rates": rates.__dict__, "entries": rows,
-              "table": table(rates, cells)}
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(result, indent=1), encoding="utf-8")
     print(f"\nmeasured with SmolLM2 on {a.threads} threads (medians of {a.rounds}): "
           f"memory {rates.memory_bytes_per_s / 1e9:.1f} GB/s, weights {rates.weights_bytes_per_s / 1e9:.1f} GB/s, "
           f"decode {rates.decode_s * 1e3:.1f} ms (of which {rates.fixed_s * 1e3:.1f} ms fixed), "
@@ -203,9 +191,8 @@ def main() -> int:
     for r in rows:
         print(f"{r['entry']:12} {r['predicted_tok_s']:10.2f} {r['measured_tok_s']:6.2f} {r['tok_s_ratio']:6.2f}  "
               f"{r['predicted_work_order_s']:12.1f} {r['measured_work_order_s']:6.1f} {r['work_order_ratio']:6.2f}")
-    print(f"\nwritten to {OUT}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return Record("cpu_tier", {"threads": a.threads, "rounds": a.rounds}, samples=rows,
+                  medians={r["entry"]: r["measured_tok_s"] for r in rows},
+                  ratios={r["entry"]: r["tok_s_ratio"] for r in rows},
+                  figures={"rates": rates.__dict__, "entries": rows, "table": table(rates, cells)},
+                  model={"path": paths.get(catalog.DEFAULT_MODEL) or store.get(catalog.DEFAULT_MODEL).path})

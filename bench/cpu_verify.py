@@ -13,12 +13,11 @@ c(k)/c(1), plain decoding tokens/s (64 tokens) and prefill tokens/s (a 512-token
 Once per side: the exactness table of bench/gpu_check.py (every width 2..16 at every offset,
 after 40 and 250 tokens, and 4 sequences together against alone), max |diff| per width.
 
-    .venv/bin/python bench/cpu_verify.py MODEL.gguf [--side stock=/path/lib] [--rounds 3]
-    .venv/bin/python bench/cpu_verify.py --tables bench/out/cpu_verify-*.json   # Markdown, for the notes
-    .venv/bin/python bench/gpu_check.py random-model M.gguf --layers 28 --embd 2048 [--quant Q4_0]
+    .venv/bin/python -m bench cpu_verify --model MODEL.gguf [--side stock=/path/lib] [--rounds 3]
+    .venv/bin/python -m bench cpu_verify --tables bench/out/cpu_verify-*.json   # Markdown, for the notes
+    .venv/bin/python -m bench gpu_check random-model M.gguf --layers 28 --embd 2048 [--quant Q4_0]
 
-Writes bench/out/cpu_verify-<model>.json. Quote ratios, not absolute times: a shared 2-core
-machine is noisy, which is why the sides alternate.
+Quote ratios, not absolute times: a shared 2-core machine is noisy, which is why the sides alternate.
 """
 
 from __future__ import annotations
@@ -32,9 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from bench.harness import ROOT
+from bench.lib import Record, rotation
 
 N_MAX = 16  # the CPU band
 HISTORY = 256
@@ -80,12 +78,12 @@ def speed(model_path: str, reps: int) -> dict:
 
 def child(args, side: str, part: str) -> dict:
     env = dict(os.environ)
-    lib = dict(args.side).get(side, args.lib)
-    if lib:
-        env["LLAMA_CPP_LIB_PATH"] = lib
+    folder = dict(args.side).get(side, args.lib)
+    if folder:
+        env["LLAMA_CPP_LIB_PATH"] = folder
     env["GGML_BATCH_INVARIANT"] = "0" if side == "off" else "1"
-    r = subprocess.run([sys.executable, __file__, "--child", part, args.model, "--reps", str(args.reps)],
-                       env=env, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "bench", "cpu_verify", "--child", part, "--model", args.model,
+                        "--reps", str(args.reps)], env=env, cwd=ROOT, capture_output=True, text=True)
     if r.returncode:
         raise SystemExit(f"{side} {part}: {r.stderr[-2000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -107,6 +105,11 @@ def summarize(runs: list[dict]) -> dict:
             "prefill_tok_s": statistics.median(r["prefill_tok_s"] for r in runs), "rounds": len(runs)}
 
 
+def name(run: dict) -> str:
+    """The model of a finished run: a record's model facts, or (before the suite) its file name."""
+    return run["model"]["name"] if isinstance(run["model"], dict) else run["model"]
+
+
 def tables(paths: list[str]) -> str:
     """Markdown tables of finished runs (their JSON files): exactness per width, and the cost curves."""
     runs = [json.loads(Path(p).read_text("utf-8")) for p in paths]
@@ -119,7 +122,7 @@ def tables(paths: list[str]) -> str:
             if ex:
                 diffs = [ex["max_diff_by_width"].get(str(k), ex["max_diff_by_width"].get(k)) for k in widths]
                 multi = "exact" if ex["multi_rows_differ"] == 0 else f"{ex['multi_rows_differ']} rows differ"
-                out.append(f"| {r['model']} | {side} | " + " | ".join("0" if d == 0 else f"{d:.2g}" for d in diffs)
+                out.append(f"| {name(r)} | {side} | " + " | ".join("0" if d == 0 else f"{d:.2g}" for d in diffs)
                            + f" | {multi} |")
     ks = range(2, N_MAX + 1)
     out += ["", "| model | side | " + " | ".join(f"c({k})" for k in ks) + " | c(1) ms | decode tok/s | prefill tok/s |",
@@ -127,29 +130,27 @@ def tables(paths: list[str]) -> str:
     for r in runs:
         for side, v in r["sides"].items():
             if "c_ratio" in v:
-                out.append(f"| {r['model']} | {side} | " + " | ".join(f"{v['c_ratio'][str(k)]:.2f}" for k in ks)
+                out.append(f"| {name(r)} | {side} | " + " | ".join(f"{v['c_ratio'][str(k)]:.2f}" for k in ks)
                            + f" | {v['c_ms']['1']:.1f} | {v['decode_tok_s']:.1f} | {v['prefill_tok_s']:.0f} |")
     return "\n".join(out)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("model", nargs="?")
+def add_arguments(ap) -> None:
     ap.add_argument("--lib", help="the llama_cpp/lib folder of the patched build (default: the venv's)")
     ap.add_argument("--side", action="append", default=[], type=lambda s: tuple(s.split("=", 1)),
                     help="NAME=FOLDER: another build to measure beside on and off")
-    ap.add_argument("--rounds", type=int, default=3, help="speed rounds (0: the exactness table only)")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--no-exactness", action="store_true")
-    ap.add_argument("--child", choices=("speed", "exactness"))
-    ap.add_argument("--out")
+    ap.add_argument("--no-exactness", action="store_true", help="speed only (--rounds 0: exactness only)")
+    ap.add_argument("--child", choices=("speed", "exactness"), help=argparse.SUPPRESS)  # one side's process
     ap.add_argument("--tables", nargs="+", metavar="JSON", help="print Markdown tables of finished runs, and stop")
-    args = ap.parse_args()
+
+
+def run(args) -> Record | int:
     if args.tables:
         print(tables(args.tables))
         return 0
     if not args.model:
-        ap.error("the model to measure is missing")
+        raise SystemExit("cpu_verify: --model, the GGUF to measure, is missing")
     if args.child == "speed":
         print(json.dumps(speed(args.model, args.reps)))
         return 0
@@ -167,12 +168,11 @@ def main() -> int:
     sides = ["on", "off"] + [name for name, _ in args.side]
     runs: dict[str, list[dict]] = {s: [] for s in sides}
     for rnd in range(args.rounds):
-        for s in sides:
+        for s in rotation(sides, rnd):
             runs[s].append(child(args, s, "speed"))
             print(f"round {rnd + 1} {s}: c(8)/c(1) {runs[s][-1]['c_ms']['8'] / runs[s][-1]['c_ms']['1']:.2f}",
                   file=sys.stderr)
-    report = {"model": Path(args.model).name,
-              "sides": {s: summarize(r) if r else {} for s, r in runs.items()}}  # --rounds 0: exactness only
+    report = {"sides": {s: summarize(r) if r else {} for s, r in runs.items()}}  # --rounds 0: exactness only
     if args.rounds:
         on, off = report["sides"]["on"], report["sides"]["off"]
         report["on_vs_off"] = {"decode": on["decode_tok_s"] / off["decode_tok_s"],
@@ -180,9 +180,6 @@ def main() -> int:
     if not args.no_exactness:
         for s in sides:
             report["sides"][s]["exactness"] = exactness_table(child(args, s, "exactness"))
-    out = Path(args.out or ROOT / "bench" / "out" / f"cpu_verify-{Path(args.model).stem}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
     for s, r in report["sides"].items():
         ex = r.get("exactness")
         line = f"{s:>6}:"
@@ -195,9 +192,8 @@ def main() -> int:
         print(line)
     if "on_vs_off" in report:
         print(f"on/off: decode {report['on_vs_off']['decode']:.3f}x, prefill {report['on_vs_off']['prefill']:.3f}x")
-    print(out)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return Record("cpu_verify", {"lib": args.lib, "sides": dict(args.side), "rounds": args.rounds, "reps": args.reps,
+                                 "threads": os.cpu_count()},
+                  samples=[{"side": s, "round": i, **r} for s in runs for i, r in enumerate(runs[s])],
+                  medians={f"decode_tok_s {s}": r["decode_tok_s"] for s, r in report["sides"].items() if r.get("c_ms")},
+                  ratios=report.get("on_vs_off", {}), figures=report, model={"path": args.model})

@@ -7,9 +7,9 @@ where the change does not alter sampling) and the same wall-clock budget: they s
 machine's noise, which on a busy 2-core machine is the only fair way to alternate them. Each
 arm ends with the trainer's held-out evaluation (the same validation sequences for all); the
 report gives per arm the steps done, the best and final offline tau per selector, and the
-difference to the base. JSON: bench/out/draft_ab.json (or --out).
+difference to the base.
 
-    .venv/bin/python bench/draft_ab.py --data DIR [DIR ...] --minutes 20 \\
+    .venv/bin/python -m bench draft_ab --data DIR [DIR ...] --minutes 20 \\
         --arm base '{}' --arm kl '{"kl_weight": 0.5}' --arm dpace '{"position_weights": "dpace"}'
 
 The overrides are TrainConfig fields (draft_training/train.py), plus "data": a list of data
@@ -19,7 +19,7 @@ arm's held-out set is then its own, so offline tau no longer compares them. `--o
 exports every arm's draft once all have trained and decodes N of the dev prompts
 (tests/data/prompts-dev.jsonl, spread over its categories) through the engine, one arm after
 the other, with the selectors of `--online-selectors`: the same prompts for every arm. What it
-is not: a speed benchmark (bench/spec.py).
+is not: a speed benchmark (`python -m bench spec`).
 """
 
 from __future__ import annotations
@@ -31,11 +31,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[0] = str(ROOT)  # not bench/: its profile.py would shadow the stdlib's, which torch imports
-from bench.common import dev_prompts, drop_callers_settings, test_home  # noqa: E402
-
-drop_callers_settings()
+from bench import datasets
+from bench.harness import ROOT, test_home
+from bench.lib import Record
 
 
 def run_arm(target: str, data: list[str], work: Path, overrides: dict, minutes: float, eval_seqs: int) -> dict:
@@ -58,17 +56,11 @@ def run_arm(target: str, data: list[str], work: Path, overrides: dict, minutes: 
             "evals": evals, "final": evals[-1]["tau"] if evals else {}, "best": best}
 
 
-def spread(prompts: list[dict], n: int) -> list[dict]:
-    """n prompts taken evenly over the list (the dev file is in blocks of one category each)."""
-    n = min(n, len(prompts))
-    return [prompts[i * len(prompts) // n] for i in range(n)]
-
-
 def online(target: str, results: dict, n: int, selectors: tuple[str, ...]) -> None:
     """Every trained arm's draft on the same n dev prompts through the engine, one arm at a time."""
     from draft_training.evaluate import online_eval
 
-    prompts = spread(dev_prompts(), n)
+    prompts = datasets.prompts(n)
     for name, r in results.items():
         if r["rc"] == 0:
             t0 = time.perf_counter()
@@ -77,9 +69,7 @@ def online(target: str, results: dict, n: int, selectors: tuple[str, ...]) -> No
                   + f" ({time.perf_counter() - t0:.0f} s, mismatches {r['online']['mismatches']})", flush=True)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--target", help="target .gguf (default: the test model SmolLM2-135M Q4_1)")
+def add_arguments(ap) -> None:
     ap.add_argument("--data", nargs="+", default=[], help="captured data folder(s) of the arms without their own")
     ap.add_argument("--arm", nargs=2, action="append", metavar=("NAME", "JSON"), required=True,
                     help="an arm: its name and its TrainConfig overrides as JSON; the first is the base")
@@ -89,10 +79,11 @@ def main() -> int:
                     help="then decode N dev prompts with every arm's draft")
     ap.add_argument("--online-selectors", default="dp,top1", help="selectors of --online, comma-separated")
     ap.add_argument("--work", default=str(ROOT / "bench" / "out" / "draft_ab"), help="arms' checkpoints")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "draft_ab.json"))
     ap.add_argument("--one", nargs=2, metavar=("NAME", "JSON"), help=argparse.SUPPRESS)  # an arm's own process
-    a = ap.parse_args()
-    target = a.target or str(test_home() / "models" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def run(a) -> Record | int:
+    target = a.model or str(test_home() / "models" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf")
     work = Path(a.work)
     if a.one:
         name, over = a.one
@@ -101,18 +92,18 @@ def main() -> int:
         return 0
     names = [n for n, _ in a.arm]
     if len(set(names)) != len(names):
-        ap.error("arm names must differ")
+        raise SystemExit("draft_ab: arm names must differ")
     for name, over in a.arm:  # a typo fails here, before any arm starts
         if not (json.loads(over).get("data") or a.data):
-            ap.error(f"arm {name}: no data (give --data or a \"data\" list in its JSON)")
+            raise SystemExit(f"draft_ab: arm {name}: no data (give --data or a \"data\" list in its JSON)")
     work.mkdir(parents=True, exist_ok=True)
     procs = []
     for name, over in a.arm:
         log = open(work / f"{name}.log", "w")
-        cmd = [sys.executable, __file__, "--target", target, *(["--data", *a.data] if a.data else []),
+        cmd = [sys.executable, "-m", "bench", "draft_ab", "--model", target, *(["--data", *a.data] if a.data else []),
                "--minutes", str(a.minutes), "--eval-seqs", str(a.eval_seqs), "--work", str(work),
                "--arm", name, over, "--one", name, over]
-        procs.append((name, over, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
+        procs.append((name, over, subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log))
     results = {}
     for name, over, p, log in procs:
         rc = p.wait()
@@ -138,15 +129,11 @@ def main() -> int:
             on = results[name].get("online", {}).get("selectors", {})
             print(f"{name:<14}" + "  ".join(f"{s} {v['tau']:6.3f} ({v['tau'] - base_on.get(s, v)['tau']:+.3f})"
                                             for s, v in on.items()))
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    summary = {"minutes": a.minutes, "data": a.data, "online_prompts": a.online, "arms": results}
-    Path(a.out).write_text(json.dumps(summary, indent=1))
-    print(f"wrote {a.out}")
     lossy = [n for n, r in results.items() if r.get("online", {}).get("mismatches")]
     if lossy:
         print(f"LOSSY: the drafts of {lossy} changed the output", file=sys.stderr)
-    return 0 if all(r["rc"] == 0 for r in results.values()) and not lossy else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return Record("draft_ab", {"minutes": a.minutes, "data": a.data, "online_prompts": a.online,
+                               "arms": dict(a.arm), "eval_seqs": a.eval_seqs},
+                  samples=[{"arm": n, **r.get("final", {})} for n, r in results.items()],
+                  figures={"arms": results}, model={"path": target},
+                  ok=all(r["rc"] == 0 for r in results.values()) and not lossy)

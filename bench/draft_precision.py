@@ -5,32 +5,26 @@ each of --dtypes (gguf_tools/dflash/write.py MATRIX_DTYPES); each copy then draf
 prompts, greedy, against the same target (draft_training/evaluate.py's online_eval: block 8, the
 `walk` selector), and its tau (tokens committed per verify) is set beside the f32 copy's. Greedy
 tau is deterministic, so the copies run one after the other; what each costs per step at a real
-shape is bench/break_even.py's `--draft-dtypes`. Every copy's output must equal plain decoding's.
+shape is `python -m bench break_even --draft-dtypes`. Every copy's output must equal plain decoding's.
 
-    .venv/bin/python bench/draft_precision.py [--draft engine/drafts/smollm2-dflash2.gguf]
+    .venv/bin/python -m bench draft_precision [--draft engine/drafts/smollm2-dflash2.gguf]
         [--prompts 12] [--max-tokens 96] [--dtypes f32,bf16,f16,q8_0]
-
-Writes bench/out/draft_precision.json and prints a Markdown table.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench.common import dev_prompts, spread, test_home  # noqa: E402
-from draft_training.evaluate import online_eval  # noqa: E402
-from draft_training.warm_start import load_warm_start  # noqa: E402
-from gguf_tools.dflash import write_dflash_draft  # noqa: E402
-from gguf_tools.dflash.write import MATRIX_DTYPES  # noqa: E402
+from bench import datasets, lib
+from bench.harness import ROOT
+from bench.lib import Record
+from draft_training.evaluate import online_eval
+from draft_training.warm_start import load_warm_start
+from gguf_tools.dflash import write_dflash_draft
+from gguf_tools.dflash.write import MATRIX_DTYPES
 
 SHIPPED = ROOT / "engine" / "drafts" / "smollm2-dflash2.gguf"
 
@@ -43,22 +37,17 @@ def rewrite(draft: Path, target: str, dtype: str, folder: Path) -> Path:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--draft", default=str(SHIPPED))
-    ap.add_argument("--target", help="the draft's target GGUF (default: the test store's SmolLM2)")
-    ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--block", type=int, default=8)
     ap.add_argument("--dtypes", default=",".join(MATRIX_DTYPES))
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "draft_precision.json"))
-    a = ap.parse_args()
-    target = a.target
-    if target is None:
-        from engine.models.pull import pull
-        from engine.models.store import ModelStore, no_progress
-        target = pull(ModelStore(test_home()), "smollm2", progress=no_progress).path
-    prompts = spread(dev_prompts(), a.prompts)
+    ap.set_defaults(prompts=12)
+
+
+def run(a) -> Record:
+    target = lib.model_path(a.model)  # the draft's target
+    prompts = datasets.prompts(a.prompts)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in a.dtypes.split(","):
@@ -71,17 +60,13 @@ def main() -> int:
                          "seconds": round(time.perf_counter() - t0, 1)})
             print(json.dumps(rows[-1]), flush=True)
     base = next((r["tau"] for r in rows if r["dtype"] == "f32"), rows[0]["tau"])
-    result = {"draft": Path(a.draft).name, "target": Path(target).name, "prompts": len(prompts),
-              "max_tokens": a.max_tokens, "block": a.block, "rows": rows, "when": time.strftime("%Y-%m-%d %H:%M")}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=1))
     print(f"\n| precision | file MB | tau (walk, block {a.block}) | vs f32 | outputs equal plain |")
     print("|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['dtype']} | {r['bytes'] / 1e6:.1f} | {r['tau']:.3f} | {r['tau'] - base:+.3f} | "
               f"{'all' if not r['mismatches'] else r['mismatches']} |")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return Record("draft_precision", {"draft": Path(a.draft).name, "prompts": len(prompts),
+                                      "max_tokens": a.max_tokens, "block": a.block, "dtypes": a.dtypes},
+                  samples=rows, medians={r["dtype"]: r["tau"] for r in rows},
+                  ratios={r["dtype"]: r["tau"] / base for r in rows if base}, figures={"rows": rows},
+                  ok=not any(r["mismatches"] for r in rows), model={"path": target})

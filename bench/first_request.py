@@ -5,33 +5,26 @@ paired draft: A has no learned decode costs (as right after `flashdesk pull`), B
 the model's folder keeps from an earlier start. Once /health says ready (the model is loaded),
 one streamed greedy chat through the openai client: time to the first token and to the end.
 A learns from its own decodes and fills in the rest while idle; its first chat must not wait.
-Reports medians and the A/B ratios; writes JSON to bench/out/first_request.json.
+Reports medians and the A/B ratios.
 
-    .venv/bin/python bench/first_request.py [--rounds 5] [--max-tokens 32]
+    .venv/bin/python -m bench first_request [--rounds 5] [--max-tokens 32]
 
 Speed is noisy on a shared 2-core machine: quote the ratios, not the absolute numbers.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import openai
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.common import ServerProcess, drop_callers_settings, linked_home, test_home  # noqa: E402
-
-drop_callers_settings()  # the servers it starts read none of the caller's own settings
-
-from engine.models.store import ModelStore, no_progress  # noqa: E402
-from engine.models.pull import pull  # noqa: E402
+from bench import lib
+from bench.harness import ServerProcess, linked_home, test_home
+from bench.lib import Record
+from engine.models.store import ModelStore
 
 CHAT = [{"role": "user", "content": "Write two sentences about printing 500 A5 flyers for a bakery."}]
 
@@ -63,33 +56,25 @@ def first_chat(store: ModelStore, kept_curve: bool, max_tokens: int) -> tuple[fl
             srv.stop()
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=5)
+def add_arguments(ap) -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "first_request.json"))
-    a = ap.parse_args()
+    ap.set_defaults(rounds=5)
+
+
+def run(a) -> Record:
+    path = lib.test_model("smollm2").path
     store = ModelStore(test_home())
-    pull(store, "smollm2", progress=no_progress)
     first_chat(store, True, a.max_tokens)  # makes sure the store keeps a measured curve for B
-    sides = {"fresh": [], "kept": []}
-    for _ in range(a.rounds):
-        sides["fresh"].append(first_chat(store, False, a.max_tokens))
-        sides["kept"].append(first_chat(store, True, a.max_tokens))
-    med = {side: {"ttft_ms": statistics.median(t for t, _ in r), "total_ms": statistics.median(e for _, e in r)}
-           for side, r in sides.items()}
-    result = {"max_tokens": a.max_tokens, "rounds": sides, "median": med,
-              "ttft_ratio_fresh_over_kept": med["fresh"]["ttft_ms"] / med["kept"]["ttft_ms"],
-              "total_ratio_fresh_over_kept": med["fresh"]["total_ms"] / med["kept"]["total_ms"]}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=1), "utf-8")
-    for side, m in med.items():
-        print(f"{side:>5}: first chat TTFT {m['ttft_ms']:.0f} ms, whole answer {m['total_ms']:.0f} ms "
-              f"(median of {a.rounds})")
-    print(f"fresh/kept: TTFT x{result['ttft_ratio_fresh_over_kept']:.2f}, "
-          f"whole answer x{result['total_ratio_fresh_over_kept']:.2f}  ({a.out})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sides = lib.alternate({"fresh": lambda: first_chat(store, False, a.max_tokens),
+                           "kept": lambda: first_chat(store, True, a.max_tokens)}, a.rounds)
+    med = {f"{k} {side}": statistics.median(t[i] for t in r) for side, r in sides.items()
+           for i, k in enumerate(("ttft_ms", "total_ms"))}
+    ratios = {f"{k} fresh/kept": med[f"{k} fresh"] / med[f"{k} kept"] for k in ("ttft_ms", "total_ms")}
+    for side in sides:
+        print(f"{side:>5}: first chat TTFT {med[f'ttft_ms {side}']:.0f} ms, whole answer "
+              f"{med[f'total_ms {side}']:.0f} ms (median of {a.rounds})")
+    print(f"fresh/kept: TTFT x{ratios['ttft_ms fresh/kept']:.2f}, whole answer x{ratios['total_ms fresh/kept']:.2f}")
+    return Record("first_request", {"max_tokens": a.max_tokens, "rounds": a.rounds, "threads": 2},
+                  samples=[{"side": s, "round": i, "ttft_ms": t, "total_ms": e}
+                           for s, r in sides.items() for i, (t, e) in enumerate(r)],
+                  medians=med, ratios=ratios, model={"path": path})

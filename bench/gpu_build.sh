@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The patched llama.cpp built with CUDA for bench/gpu_check.py, on a GPU machine that reaches no
+# The patched llama.cpp built with CUDA for `python -m bench gpu_check`, on a GPU machine that reaches no
 # network (the device tool's). Two steps:
 #     bash bench/gpu_build.sh pack          # here: bench/out/llama-src.tgz (~6 MB) and bench/out/gpu-site.tgz
 #     bash bench/gpu_build.sh build [ARCHS] # there: cmake + build into build/gpu/lib (default ARCHS 90)
 # then, there (a Python with numpy, as a PyTorch machine has):
-#     PYTHONPATH=build/gpu/site LLAMA_CPP_LIB_PATH=build/gpu/lib python3 bench/gpu_check.py all MODEL.gguf
+#     PYTHONPATH=build/gpu/site LLAMA_CPP_LIB_PATH=build/gpu/lib python3 -m bench gpu_check all --model MODEL.gguf
 # llama-src.tgz: the patched llama.cpp sources that a CUDA build needs. gpu-site.tgz: the Python side
 # the engine needs beside numpy (llama-cpp-python's Python files, flashdesk's native library, and
 # pure-Python packages from PyPI). FA is left out (flashdesk runs with it off), which also halves

@@ -2,11 +2,11 @@
 
 On a GPU machine, after bench/gpu_build.sh has built the patched llama.cpp with CUDA:
 
-    LLAMA_CPP_LIB_PATH=build/gpu/lib .venv/bin/python bench/gpu_check.py all MODEL.gguf [--draft D.gguf]
-    .venv/bin/python bench/gpu_check.py random-model OUT.gguf   # an 8B-shaped llama, random Q4_K_M weights
+    LLAMA_CPP_LIB_PATH=build/gpu/lib .venv/bin/python -m bench gpu_check all --model MODEL.gguf [--draft D.gguf]
+    .venv/bin/python -m bench gpu_check random-model --model OUT.gguf  # an 8B-shaped llama, random Q4_K_M weights
 
-`all` runs each part in a child process twice, with the mode on and with GGML_BATCH_INVARIANT=0
-(read once per process), and writes one JSON (--out, default bench/out/gpu_check.json):
+`all` runs each part in a child process twice (`gpu_check exactness|speculative|cost`), with the
+mode on and with GGML_BATCH_INVARIANT=0 (read once per process), into one record:
   exactness    16 tokens decoded singly, then in chunks of 2..16 at every offset, after a 40- and
                a 250-token prompt (chunks then cross n_kv's 256 padding); and 4 sequences (37, 120,
                250, 300 prompt tokens) decoded together against each alone. Every row's logits
@@ -21,7 +21,6 @@ control cannot differ there, which the report says.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -32,16 +31,13 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.common import dev_prompts, drop_callers_settings  # noqa: E402
-
-if __name__ == "__main__":  # a run of its own: the caller's flashdesk settings out (LLAMA_CPP_LIB_PATH stays)
-    drop_callers_settings()
-
-from engine.llama import ggml  # noqa: E402
-from engine.llama.context import Context, ContextConfig  # noqa: E402
-from engine.llama.model import Model  # noqa: E402
+from bench.datasets import dev_prompts
+from bench.harness import ROOT
+from bench import lib
+from bench.lib import Record
+from engine.llama import ggml
+from engine.llama.context import Context, ContextConfig
+from engine.llama.model import Model
 
 N = 16
 MULTI_PROMPTS = (37, 120, 250, 300)
@@ -144,15 +140,15 @@ def cost(model: Model, reps: int) -> dict:
 
 def speculative(model_path: str, draft: str | None, smoke: bool) -> dict:
     """Greedy lookup and DFlash output against plain, one and four sequences at a time."""
-    from engine import Completion, Engine, EngineConfig, SamplingParams
+    from bench.lib import GREEDY as greedy
+    from engine import Completion, Engine, EngineConfig
     from engine.speculative.params import SpecParams
 
-    greedy = SamplingParams(temperature=0)
     prompts = dev_prompts()[::12 if smoke else 3]
     eng = Engine.load(model_path, EngineConfig(n_ctx=2048, n_parallel=4, n_threads=os.cpu_count() or 2,
                                                draft=draft, spec_inexact=True))
     try:
-        eng.spec.curve_ready.wait(300)
+        lib.speculation(eng).curve_ready.wait(300)
 
         def run(spec, parallel):
             out = {}
@@ -163,7 +159,7 @@ def speculative(model_path: str, draft: str | None, smoke: bool) -> dict:
             return out
 
         plain = run(SpecParams(mode="off"), 1)
-        ex = eng.spec.exactness
+        ex = lib.speculation(eng).exactness
         res = {"exact_at_load": ex.exact, "why": ex.why, "max_rows": ex.max_rows, "runs": []}
         for mode in ["lookup"] + (["dflash"] if "dflash" in eng.drafters else []):
             for parallel in (1, 4):
@@ -178,12 +174,12 @@ def speculative(model_path: str, draft: str | None, smoke: bool) -> dict:
 def part(args) -> None:
     """One part in this process, with whatever GGML_BATCH_INVARIANT the parent set."""
     feature = ggml.batch_invariant()
-    if args.part == "speculative":
+    if args.command == "speculative":
         out = speculative(args.model, args.draft, args.smoke)
     else:
         model = Model(args.model)
         try:
-            out = exactness(model, args.smoke) if args.part == "exactness" else cost(model, args.reps)
+            out = exactness(model, args.smoke) if args.command == "exactness" else cost(model, args.reps)
         finally:
             model.close()
     print(json.dumps({"feature": feature, **out}))
@@ -191,9 +187,9 @@ def part(args) -> None:
 
 def child(args, name: str, switch: str) -> dict:
     env = dict(os.environ, GGML_BATCH_INVARIANT=switch)
-    cmd = [sys.executable, __file__, "part", name, args.model, "--reps", str(args.reps)]
+    cmd = [sys.executable, "-m", "bench", "gpu_check", name, "--model", args.model, "--reps", str(args.reps)]
     cmd += (["--draft", args.draft] if args.draft else []) + (["--smoke"] if args.smoke else [])
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     if r.returncode:
         return {"error": r.stderr[-2000:]}
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -271,11 +267,10 @@ def random_model(out: Path, n_layer: int, n_embd: int, tokenizer_from: str | Non
     f16.unlink()
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=("all", "part", "random-model"))
-    ap.add_argument("part", nargs="?", choices=("exactness", "speculative", "cost"))
-    ap.add_argument("model")
+def add_arguments(ap) -> None:
+    ap.add_argument("command", choices=("all", "exactness", "speculative", "cost", "random-model"),
+                    help="all: every part, on and off, each in a child; a part: it alone, here; "
+                         "random-model: write a random model to --model")
     ap.add_argument("--draft")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--smoke", action="store_true", help="fewer sizes and prompts (a CPU try of the script)")
@@ -283,15 +278,18 @@ def main() -> int:
     ap.add_argument("--embd", type=int, default=4096)
     ap.add_argument("--quant", default="Q4_K_M", help="random-model: the quantization (Q4_K_M, Q4_0, Q8_0, ...)")
     ap.add_argument("--tokenizer-from", help="random-model: a GGUF whose tokenizer it gets (default: a synthetic one)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "gpu_check.json"))
-    args = ap.parse_args()
-    if args.command == "part":
-        part(args)
-        return 0
+
+
+def run(args) -> Record | int:
+    if not args.model:
+        raise SystemExit("gpu_check: --model is missing (the GGUF to check, or for random-model the one to write)")
     if args.command == "random-model":
         random_model(Path(args.model), args.layers, args.embd, args.tokenizer_from, args.quant)
         return 0
-    report = {"system_info": ggml.system_info(), "model": Path(args.model).name}
+    if args.command != "all":
+        part(args)
+        return 0
+    report = {"system_info": ggml.system_info()}
     for name in ("exactness", "speculative", "cost"):
         report[name] = {"on": child(args, name, "1"), "off": child(args, name, "0")}
     ex = report["exactness"]
@@ -302,11 +300,9 @@ def main() -> int:
         "c_ratio_on": report["cost"]["on"].get("c_ratio"), "c_ratio_off": report["cost"]["off"].get("c_ratio"),
         "plain_tok_s": {m: report["cost"][m].get("plain_tok_s") for m in ("on", "off")},
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1))
     print(json.dumps(report["summary"], indent=1))
-    return 0 if report["summary"]["exact_with_patch"] and report["summary"]["spec_equal_plain"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return Record("gpu_check", {"draft": args.draft, "reps": args.reps, "smoke": args.smoke},
+                  ratios={f"c({k})/c(1) {m}": (report["summary"][f"c_ratio_{m}"] or {}).get(str(k))
+                          for m in ("on", "off") for k in (2, 4, 8, 16)},
+                  figures=report, model={"path": args.model},
+                  ok=bool(report["summary"]["exact_with_patch"] and report["summary"]["spec_equal_plain"]))

@@ -1,6 +1,6 @@
 """Stock `llama-server`, built once per machine from the pinned llama.cpp source: the anchor's side.
 
-    python bench/llama_server.py [--portable]    # builds (minutes on 2 cores) or finds it; prints its path
+    .venv/bin/python -m bench llama_server [--portable]   # builds (minutes on 2 cores) or finds it; prints its path
 
 The source is llama-cpp-python's pinned sdist (scripts/llama_source.py: the very one flashdesk's
 wheel is built from), of which only vendor/llama.cpp is unpacked. Stock on purpose: none of
@@ -15,7 +15,6 @@ succeeded: a killed build leaves no binary there, and the next call builds again
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -125,12 +124,11 @@ def build_info(binary: Path) -> dict:
     return json.loads(p.read_text()) if p.exists() else {}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--portable", action="store_true", help="GGML_NATIVE=OFF (default: native)")
-    args = ap.parse_args()
+
+
+def run(args) -> int:
+    """A tool, not a benchmark: it prints the binary's path and writes no record."""
     print(ensure_llama_server(native=not args.portable))
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -9,37 +9,31 @@ What it measures, in one run, for one target model and a random DFlash 2 draft:
      read-back, select, target verify, the rest = Python) for fixed blocks of each
      selector and for prompt lookup, and whether every output equalled plain decoding.
 The random draft is almost never accepted: speeds here are the machinery's costs, not
-a speed-up. Writes JSON to --out (default bench/out/profile.json).
+a speed-up.
 
-    .venv/bin/python bench/profile.py [--model PATH] [--prompts FILE] [--n 6] [--max-tokens 64]
+    .venv/bin/python -m bench profile [--model PATH] [--prompts 6] [--max-tokens 64] [--parallel 4]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import tempfile
-import time
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT)]
-from bench.common import spread  # noqa: E402
-from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
-from engine.llama.context import Context, ContextConfig  # noqa: E402
-from engine.llama.model import Model  # noqa: E402
-from engine.speculative.params import SELECTORS, SpecParams  # noqa: E402
-from engine.speculative.verify import target_logits  # noqa: E402
-from gguf_tools.dflash import write_random_draft  # noqa: E402
+from bench import datasets, lib
+from bench.lib import GREEDY, Record
+from engine import Engine, EngineConfig
+from engine.llama.context import Context, ContextConfig
+from engine.llama.model import Model
+from engine.speculative.params import SELECTORS, SpecParams
+from engine.speculative.verify import target_logits
+from gguf_tools.dflash import write_random_draft
 
-import llama_cpp  # noqa: E402  (after engine, whose __init__ picks the build it loads)
-
-GREEDY = SamplingParams(temperature=0)
+import llama_cpp  # after engine, whose __init__ picks the build it loads
 
 
 def batch_invariance(model: Model, prompt: list[int], n_threads: int, n: int = 16) -> dict:
@@ -80,30 +74,17 @@ def batch_invariance(model: Model, prompt: list[int], n_threads: int, n: int = 1
         ctx.close()
 
 
-def load_prompts(path: Path, n: int) -> list[dict]:
-    rows = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
-    return spread(rows, n)  # round robin over categories
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", help="target GGUF (default: the test store's SmolLM2)")
-    ap.add_argument("--prompts", default=str(ROOT / "tests" / "data" / "prompts-dev.jsonl"))
-    ap.add_argument("--n", type=int, default=6, help="prompts (round robin over categories)")
+def add_arguments(ap) -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--parallel", type=int, default=1, help="also run the prompts concurrently with this many")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "profile.json"))
-    a = ap.parse_args()
-    model_path = a.model
-    if model_path is None:
-        from bench.common import test_home
-        from engine.models.pull import pull
-        from engine.models.store import ModelStore, no_progress
-        model_path = pull(ModelStore(test_home()), "smollm2", progress=no_progress).path
-    prompts = load_prompts(Path(a.prompts), a.n)
+    ap.set_defaults(prompts=6)
+
+
+def run(a) -> Record:
+    model_path = lib.model_path(a.model)
+    prompts = datasets.prompts(a.prompts)
     result: dict = {"system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
-                    "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()), "model": Path(model_path).name}
+                    "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload())}
 
     model = Model(model_path)
     try:
@@ -151,7 +132,8 @@ def main() -> int:
                 for p, h in hs:
                     if [t for ev in h for t in ev.tokens] != plain_out[p["id"]]:
                         mismatches.append([p["id"], f"{name} x{a.parallel}"])
-        result["cost_curve_ms"] = [round(x, 3) for x in eng.spec.costs.curve()] if eng.spec.costs.ready else None
+        costs = lib.speculation(eng).costs
+        result["cost_curve_ms"] = [round(x, 3) for x in costs.curve()] if costs.ready else None
     finally:
         eng.close()
 
@@ -165,10 +147,7 @@ def main() -> int:
         table.append({"mode": name, "tok_per_s": round(rate, 1), "ratio": round(rate / plain_rate, 3),
                       "verifies": ver, "ms_per_step": round(spent / ver, 3) if ver else None,
                       "share_pct": shares | {"python_other": round(100 - sum(shares.values()), 2)} if ver else None})
-    result |= {"table": table, "mismatches": mismatches, "max_tokens": a.max_tokens, "prompts": len(prompts),
-               "threads": a.threads, "parallel": a.parallel, "when": time.strftime("%Y-%m-%d %H:%M")}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=1))
+    result |= {"table": table, "mismatches": mismatches}
     print(f"cost curve c(1..16) ms: {result['cost_curve_ms']}")
     print(f"{'mode':18} {'tok/s':>7} {'ratio':>6} {'ms/step':>8}  shares % (draft/select/target/other)")
     for r in table:
@@ -176,8 +155,9 @@ def main() -> int:
         s = f"{sh['draft_ms']}/{sh['select_ms']}/{sh['target_ms']}/{sh['python_other']}" if sh else "-"
         print(f"{r['mode']:18} {r['tok_per_s']:7.1f} {r['ratio']:6.3f} {r['ms_per_step'] or '-':>8}  {s}")
     print(f"mismatches against plain: {mismatches or 'none'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return Record("profile", {"max_tokens": a.max_tokens, "prompts": len(prompts), "threads": a.threads,
+                              "parallel": a.parallel, "draft": "random (costs only)"},
+                  samples=[{"mode": m, **r} for m, rs in rows.items() for r in rs],
+                  medians={r["mode"]: r["tok_per_s"] for r in table},
+                  ratios={r["mode"]: r["ratio"] for r in table if r["mode"] != "plain"},
+                  figures=result, ok=not mismatches, model={"path": model_path})

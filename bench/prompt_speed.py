@@ -1,8 +1,8 @@
 """Prompt processing, side by side: flashdesk's engine against stock llama-server, same GGUF,
 same prompt tokens, per weight type (issue 51, item 2).
 
-    .venv/bin/python bench/prompt_speed.py [--quants Q4_K_M,Q4_0,Q8_0] [--tokens 512]
-        [--rounds 3] [--layers 4] [--threads N] [--out bench/out/prompt_speed.json]
+    .venv/bin/python -m bench prompt_speed [--quants Q4_K_M,Q4_0,Q8_0] [--tokens 512]
+        [--rounds 3] [--layers 4] [--threads N] [--out bench/out/prompt_speed]
 
 Models: random llamas 2048 wide (bench/gpu_check.py's writer, SmolLM2's tokenizer), `--layers`
 deep, one per weight type, written once into the test home. A prompt's speed per layer is what
@@ -18,7 +18,7 @@ Every prompt starts with BOS and is new (a salt per measurement): nothing is reu
 kept prefix is reused to the token), and the rate counts only the tokens decoded.
 Prints tokens/s medians per side and the median of flashdesk / llama-server per round.
 
-    .venv/bin/python bench/prompt_speed.py --chunk-sizes 64,512 [--quants Q4_K_M]
+    .venv/bin/python -m bench prompt_speed --chunk-sizes 64,512 [--quants Q4_K_M]
 
 times the prompt on a bare context instead, cut into chunks of each size (A B A B): what the
 engine's aligned chunks (engine/chunks.py: CHUNK) cost against one chunk of a whole batch.
@@ -26,8 +26,6 @@ engine's aligned chunks (engine/chunks.py: CHUNK) cost against one chunk of a wh
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import sys
@@ -35,9 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.common import drop_callers_settings, test_home  # noqa: E402
+from bench import lib
+from bench.harness import test_home
+from bench.lib import Record, rotation
 
 WIDTH = 2048
 
@@ -59,16 +57,17 @@ def prompt(n: int, salt: int, bos: int, n_vocab: int) -> list[int]:
 
 
 def flashdesk_side(gguf: Path, threads: int):
-    from engine import Completion, Engine, EngineConfig, SamplingParams
+    from bench.lib import GREEDY
+    from engine import Completion, Engine, EngineConfig
     from engine.speculative.params import SpecParams
 
     eng = Engine.load(str(gguf), EngineConfig(n_ctx=2048, n_parallel=1, n_threads=threads, spec_mode="off"))
     # an idle engine times its decode costs (costs.FillIn): done first, so it never runs beside the other side
-    if eng.spec.enabled and not eng.spec.curve_ready.wait(timeout=900):
+    if lib.speculation(eng).enabled and not lib.speculation(eng).curve_ready.wait(timeout=900):
         raise TimeoutError("the engine's idle measurement of its decode costs did not finish")
 
     def run(tokens: list[int]) -> float:
-        c = Completion.collect(iter(eng.generate(tokens, max_tokens=1, sampling=SamplingParams(temperature=0),
+        c = Completion.collect(iter(eng.generate(tokens, max_tokens=1, sampling=GREEDY,
                                                  speculative=SpecParams(mode="off"))))
         assert c.usage.cached_tokens <= 1, c.usage  # BOS, which every prompt shares, at most
         return c.usage.prefill_ms * len(tokens) / (len(tokens) - c.usage.cached_tokens)
@@ -122,33 +121,30 @@ def chunk_curve(gguf: Path, sizes: list[int], tokens: int, rounds: int, threads:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--quants", default="Q4_K_M,Q4_0,Q8_0")
     ap.add_argument("--tokens", type=int, default=512)
-    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
     ap.add_argument("--chunk-sizes", default="", help="time chunk sizes on a bare context instead, e.g. 64,512")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "prompt_speed.json"))
-    a = ap.parse_args()
-    drop_callers_settings()
-    from engine.models.pull import pull
-    from engine.models.store import ModelStore, no_progress
 
-    store = ModelStore(test_home())
-    pull(store, "smollm2", progress=no_progress)  # its tokenizer goes into the random models
-    smollm2 = store.get("smollm2").path
+
+def run(a) -> Record:
+    smollm2 = lib.test_model("smollm2").path  # its tokenizer goes into the random models
     results = []
     quants = [q for q in a.quants.split(",") if q]
     if a.chunk_sizes:
         sizes = [int(n) for n in a.chunk_sizes.split(",")]
         print("| weights | " + " | ".join(f"chunks of {n}, tok/s" for n in sizes) + " |")
         print("|---" * (len(sizes) + 1) + "|")
+        curves = {}
         for quant in quants:
             curve = chunk_curve(model_file(quant, a.layers, smollm2), sizes, a.tokens, a.rounds, a.threads)
+            curves[quant] = curve
             print(f"| {quant} | " + " | ".join(f"{statistics.median(curve[n]):.1f}" for n in sizes) + " |")
-        return 0
+        return Record("prompt_speed --chunk-sizes", params(a),
+                      samples=[{"quant": q, "chunk": n, "tok_s": v} for q, c in curves.items() for n, v in c.items()],
+                      medians={f"{q} chunks of {n}": statistics.median(v) for q, c in curves.items()
+                               for n, v in c.items()})
     for quant in quants:
         gguf = model_file(quant, a.layers, smollm2)
         with tempfile.TemporaryDirectory(prefix="flashdesk-prompt-speed-") as tmp:
@@ -161,8 +157,7 @@ def main() -> int:
                     run(prompt(64, 0, bos, eng.model.n_vocab))
                 ms: dict[str, list[float]] = {s: [] for s in sides}
                 for r in range(a.rounds):
-                    order = list(sides) if r % 2 == 0 else list(sides)[::-1]
-                    for i, side in enumerate(order):
+                    for i, side in enumerate(rotation(list(sides), r)):
                         time.sleep(0.5)  # the other side's threads stop spinning
                         ms[side].append(sides[side](prompt(a.tokens, 1 + 2 * r + i, bos, eng.model.n_vocab)))
                         print(f"{quant} round {r + 1} {side}: {a.tokens / ms[side][-1] * 1000:.1f} tok/s",
@@ -176,17 +171,18 @@ def main() -> int:
         results.append({"quant": quant, "gguf": str(gguf), "tok_s": tps,
                         "median": {s: statistics.median(v) for s, v in tps.items()}, "ratio": ratio,
                         "chunks": {"aligned": chunks.aligned, "size": chunks.size}})
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"params": vars(a), "results": results}, indent=1))
     print("| weights | llama-server tok/s | flashdesk tok/s | flashdesk / llama-server | prompt chunks |")
     print("|---|---|---|---|---|")
     for x in results:
         cut = f"aligned, {x['chunks']['size']}" if x["chunks"]["aligned"] else "any"
         print(f"| {x['quant']} | {x['median']['llama-server']:.1f} | {x['median']['flashdesk']:.1f} | "
               f"{x['ratio']:.2f}x | {cut} |")
-    return 0
+    return Record("prompt_speed", params(a), samples=[{"quant": x["quant"], **x["tok_s"]} for x in results],
+                  medians={f"{x['quant']} {s}": v for x in results for s, v in x["median"].items()},
+                  ratios={f"{x['quant']} flashdesk/llama-server": x["ratio"] for x in results},
+                  figures={"results": results})
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def params(a) -> dict:
+    return {"quants": a.quants, "tokens": a.tokens, "rounds": a.rounds, "layers": a.layers, "threads": a.threads,
+            "chunk_sizes": a.chunk_sizes}

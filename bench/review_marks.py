@@ -10,22 +10,21 @@ with that field; one without a field (the answer is cut off, items repeated) mar
 Then the same with the confidence marks redrawn at each threshold (a field whose value was written
 through a token below it), the other checks kept: the frontier the threshold is chosen on.
 
-Reads bench/workorders.py's JSON: its baseline run's answers, marks and field confidences.
+Reads a workorders record (`python -m bench workorders`): its baseline run's answers, marks and
+field confidences.
 
-    .venv/bin/python bench/review_marks.py [bench/out/workorders.json] [--cases CASES.jsonl]
+    .venv/bin/python -m bench review_marks [bench/out/workorders.json] [--cases CASES.jsonl]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.workorder_score import (DEFAULT_CASES, EXACT_FIELDS, ITEM_FIELDS, item_field_ok,  # noqa: E402
-                                   norm_contact, norm_name, pair_items, parse_output, read_jsonl, same)
+from bench.lib import OUT_DIR, Record
+from bench.workorder_score import (DEFAULT_CASES, EXACT_FIELDS, ITEM_FIELDS, item_field_ok, norm_contact, norm_name,
+                                   pair_items, parse_output, read_jsonl, same)
 
 CASE_FIELDS = ("customer_name", "contact") + tuple(f for f in EXACT_FIELDS if f != "needs_review")
 UNCERTAIN = "uncertain"  # review.py's code for a low-confidence value: redrawn by the sweep
@@ -119,16 +118,17 @@ def null_copies(cases: list[dict], outputs: dict, template: str) -> list[int]:
     return n
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("run", nargs="?", default=str(ROOT / "bench" / "out" / "workorders.json"))
+def add_arguments(ap) -> None:
+    ap.add_argument("run", nargs="?", default=str(OUT_DIR / "workorders.json"), help="a workorders record")
     ap.add_argument("--cases", default=str(DEFAULT_CASES))
-    a = ap.parse_args()
+
+
+def run(a) -> Record:
     data = json.loads(Path(a.run).read_text("utf-8"))
     runs, outputs = data["runs"][data["baseline"]], data["outputs"]
     cases = [c for c in read_jsonl(Path(a.cases)) if c["id"] in outputs]
     if not any(r.get("confidence") for r in runs):
-        print("this run kept no field confidences (bench/workorders.py before they were saved): "
+        print("this run kept no field confidences (a workorders run before they were saved): "
               "the sweep is left out", file=sys.stderr)
     pct = lambda v: "    -" if v is None else f"{100 * v:4.0f}%"  # noqa: E731
     print(f"{data['template']} at {data.get('commit')}, {len(cases)} cases")
@@ -137,14 +137,17 @@ def main() -> int:
     rows = [("as the run marked", None, True), ("  fields only", None, False)]
     if any(r.get("confidence") for r in runs):
         rows += [(f"confidence < {t:.2f}", t, o) for t in THRESHOLDS for o in (True, False)]
+    tallies = []
     for label, t, whole in rows:
         n = tally(cases, runs, outputs, t, whole)
+        tallies.append({"marks": label.strip(), "threshold": t, "whole_order": whole, **n})
         label = label if whole or t is None else "  fields only"
         print(f"{label:22} {n['fields']:6} {n['wrong']:6} {n['marked']:6} {n['marked_wrong']:7} "
               f"{pct(n['precision']):>9} {pct(n['recall']):>6} "
               f"{n['orders_flagged']:>22} of {n['orders']} ({n['flagged_with_a_wrong_field']})")
     print("\nfield marks by code: marked, of them wrong")
-    for code, (marked, wrong) in sorted(by_code(cases, runs, outputs).items(), key=lambda kv: -kv[1][0]):
+    codes = by_code(cases, runs, outputs)
+    for code, (marked, wrong) in sorted(codes.items(), key=lambda kv: -kv[1][0]):
         print(f"  {code:18} {marked:4} {wrong:4}")
     marked, wrong = null_copies(cases, outputs, data["template"])
     print(f"copy fields left null (a not_found mark): {marked}, of them wrong {wrong}")
@@ -155,8 +158,7 @@ def main() -> int:
     print("whole-order marks by code: orders")
     for code, n in sorted(whole.items(), key=lambda kv: -kv[1]):
         print(f"  {code:18} {n:4}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return Record("review_marks", {"run": a.run, "cases": a.cases, "template": data["template"],
+                                   "run_commit": data.get("commit")},
+                  samples=tallies, figures={"by_code": codes, "null_copies": {"marked": marked, "wrong": wrong},
+                                            "whole_order_marks": whole})

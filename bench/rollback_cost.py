@@ -12,7 +12,7 @@ For recurrent targets it also times the design not taken: a host-memory checkpoi
 before each verify (`llama_state_seq_get_data_ext`, partial-only) and its restore after, plus
 the re-decode of the accepted rows that a restore needs — the trap reported at ~70% of a GPU step.
 
-    .venv/bin/python bench/spec.py --rollback [--archs qwen35,gemma4] [--steps 48] [--rounds 5]
+    .venv/bin/python -m bench spec --rollback [--archs qwen35,gemma4] [--steps 48] [--rounds 5]
 
 Tiny CPU models make every share an upper bound of what the mechanism adds: their steps are
 short, so fixed costs weigh more than on an 8-30B target.

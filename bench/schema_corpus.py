@@ -7,7 +7,7 @@ kind and overall, every refusal with the keyword and reason the 400 gives, and t
 and grammar size of each. Correctness is the test suite's (tests/engine/grammar/test_schema_corpus.py);
 this is the figure.
 
-    .venv/bin/python -m bench.schema_corpus [--corpus DIR] [--json out.json]
+    .venv/bin/python -m bench schema_corpus [--corpus DIR] [--out OUT]
 
 --corpus lets an older checkout report on the same corpus (run it from that tree, with
 PYTHONPATH=. and this corpus's folder) so the share before and after a change compares.
@@ -15,19 +15,21 @@ PYTHONPATH=. and this corpus's folder) so the share before and after a change co
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
+import statistics
 import time
 from pathlib import Path
 
+from bench.datasets import EVAL_DATA
+from bench.lib import Record
 from engine.errors import InvalidRequest
 from engine.grammar.schema import compile_response_format
 
-CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "schemas"
+CORPUS = EVAL_DATA / "schemas"
 
 
-def run(corpus: Path) -> dict:
+def report_on(corpus: Path) -> dict:
     rows = []
     for path in sorted(corpus.glob("*.json")):
         entry = json.loads(path.read_text("utf-8"))
@@ -52,12 +54,12 @@ def _share(rows: list) -> float:
     return round(sum(r["enforced"] for r in rows) / len(rows), 3) if rows else 0.0
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--corpus", type=Path, default=CORPUS)
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
-    report = run(args.corpus)
+
+
+def run(args) -> Record:
+    report = report_on(args.corpus)
     print(f"enforced {report['enforced']} of {report['schemas']} ({report['share']:.0%})")
     for kind, share in report["share_by_kind"].items():
         n = sum(r["kind"] == kind for r in report["rows"])
@@ -69,10 +71,6 @@ def main(argv=None) -> int:
     slow = max(report["rows"], key=lambda r: r["compile_ms"])
     print(f"slowest compile: {slow['schema']} {slow['compile_ms']} ms; largest grammar: "
           f"{max(r['grammar_bytes'] for r in report['rows'])} bytes")
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", "utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    rows = report.pop("rows")
+    return Record("schema_corpus", {"corpus": str(args.corpus)}, samples=rows,
+                  medians={"compile_ms": statistics.median(r["compile_ms"] for r in rows)}, figures=report)

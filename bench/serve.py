@@ -7,49 +7,31 @@ In one run, on the same model and settings:
   C. speculation (auto, with the paired draft) against off at 1, 4 and 8 concurrent streams
      (in-process engine, 8 mixed prompts), alternated: aggregate tokens/s and the ratio, and
      whether every answer equalled plain decoding's (it must).
-Reports medians and ratios, writes JSON to bench/out/serve.json.
+Reports medians and ratios.
 
-    .venv/bin/python bench/serve.py [--rounds 5] [--max-tokens 96] [--parts ABC]
+    .venv/bin/python -m bench serve [--rounds 5] [--max-tokens 96] [--parts ABC]
 
 Speed is noisy on a shared 2-core machine: quote the ratios, not the absolute numbers.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import openai
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.common import dev_prompts, drop_callers_settings, free_port, test_home, wait_ready  # noqa: E402
-
-drop_callers_settings()  # before the engine loads, and the server it starts reads none of them
-
-from engine import Completion, Engine, EngineConfig, SamplingParams  # noqa: E402
-from engine.speculative.params import SpecParams  # noqa: E402
-from engine.models.store import ModelStore, no_progress  # noqa: E402
-from engine.models.pull import pull  # noqa: E402
-
-GREEDY = SamplingParams(temperature=0)
-
-
-def pick_prompts(n: int) -> list[dict]:
-    ps = dev_prompts()
-    by_cat: dict[str, list] = {}
-    for p in ps:
-        by_cat.setdefault(p.get("category", "misc"), []).append(p)
-    out = [lst[0] for lst in by_cat.values()]  # one per category, then fill
-    return (out + [p for p in ps if p not in out])[:n]
+from bench import lib
+from bench.datasets import prompts as pick_prompts
+from bench.harness import ROOT, free_port, test_home, wait_ready
+from bench.lib import GREEDY, Record
+from engine import Completion, Engine, EngineConfig
+from engine.models.store import ModelStore
+from engine.speculative.params import SpecParams
 
 
 def in_process(engine: Engine, p: dict, max_tokens: int) -> tuple[int, float]:
@@ -101,7 +83,7 @@ def spec_at_streams(model, a, counts=(1, 4, 8)) -> dict:
     rates = {(n, m): [] for n in counts for m in ("off", "auto")}
     mismatches = []
     try:
-        assert engine.spec.curve_ready.wait(300), "the verify-cost curve was not measured"
+        assert lib.speculation(engine).curve_ready.wait(300), "the verify-cost curve was not measured"
         streams(engine, prompts[:1], "off", 8)  # warm
         for r in range(a.rounds):
             for n in counts:
@@ -124,29 +106,27 @@ def spec_at_streams(model, a, counts=(1, 4, 8)) -> dict:
     return {"streams": out, "mismatches": mismatches, "prompts": [p.get("id") for p in prompts]}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=5)
+def add_arguments(ap) -> None:
     ap.add_argument("--max-tokens", type=int, default=96)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--parts", default="ABC", help="which parts to run (see above)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "serve.json"))
-    a = ap.parse_args()
+    ap.set_defaults(rounds=5)
 
+
+def run(a) -> Record:
+    model = lib.test_model("smollm2")
     store = ModelStore(test_home())
-    model = pull(store, "smollm2", progress=no_progress)
-    result = {"model": model.name, "model_sha256": model.sha256, "threads": a.threads, "max_tokens": a.max_tokens,
-              "rounds": a.rounds, "machine": platform.platform(),
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                       text=True).stdout.strip()}
+    result: dict = {}
     if "C" in a.parts:
         result["speculation"] = spec_at_streams(model, a)
     if "A" in a.parts or "B" in a.parts:
         result |= http_parts(store, model, a)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=2))
+    spec = result.get("speculation", {})
     print(json.dumps(result, indent=2))
-    return 1 if result.get("speculation", {}).get("mismatches") else 0
+    return Record("serve", {"threads": a.threads, "max_tokens": a.max_tokens, "rounds": a.rounds, "parts": a.parts},
+                  medians=result.get("median_tok_per_s", {}),
+                  ratios={k: result[k] for k in ("http_over_engine", "aggregate_4_over_1") if k in result}
+                  | {f"auto/off at {n} streams": r["ratio"] for n, r in spec.get("streams", {}).items()},
+                  figures=result, ok=not spec.get("mismatches"), model={"path": model.path})
 
 
 def http_parts(store, model, a) -> dict:
@@ -184,7 +164,3 @@ def http_parts(store, model, a) -> dict:
     return {"prompts": [p.get("id") for p in prompts], "median_tok_per_s": {k: round(v, 2) for k, v in med.items()},
             "http_over_engine": round(med["http"] / med["engine"], 3),
             "aggregate_4_over_1": round(med["http_4"] / med["http_1"], 3)}
-
-
-if __name__ == "__main__":
-    sys.exit(main())

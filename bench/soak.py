@@ -14,7 +14,7 @@ stream, no finish_reason, a body without its fields, a conversation read back ot
 written), a lost record or a dead server; the RSS growth is reported, not judged (a short run
 has no meaningful warm-up).
 
-    .venv/bin/python bench/soak.py [--minutes 30] [--clients 6] [--out bench/out/soak.json]
+    .venv/bin/python -m bench soak [--minutes 30] [--clients 6] [--out bench/out/soak]
 
 Latencies on a shared 2-core machine are noisy: they say nothing about speed, only that
 requests keep finishing. Not a CI test: tests/bench/test_soak.py runs a tiny one for its checks.
@@ -22,28 +22,29 @@ requests keep finishing. Not a CI test: tests/bench/test_soak.py runs a tiny one
 
 from __future__ import annotations
 
-import argparse
-import collections
-import json
-import math
-import re
 import sys
-import tempfile
-import threading
-import time
 from pathlib import Path
 
-import httpx
+if __name__ == "__main__":  # run as a file, as tests/bench/test_soak.py does: the suite's `soak`
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)  # the repository, not bench/
+    from bench.suite import main
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.common import ServerProcess, drop_callers_settings, linked_home, test_home  # noqa: E402
+    sys.exit(main(["soak", *sys.argv[1:]]))
 
-drop_callers_settings()  # the server it starts reads none of the caller's own settings
+import collections  # noqa: E402
+import math  # noqa: E402
+import re  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
 
+import httpx  # noqa: E402
+
+from bench import lib  # noqa: E402
+from bench.harness import ServerProcess, linked_home, test_home  # noqa: E402
+from bench.lib import Record  # noqa: E402
 from bench.soak_clients import EXPECT, Client  # noqa: E402
-from engine.models.store import ModelStore, no_progress  # noqa: E402
-from engine.models.pull import pull  # noqa: E402
+from engine.models.store import ModelStore  # noqa: E402
 
 RSS_TARGET_PCT = 5.0
 # Statuses of answers that were wrong, not refused: as bad as a 5xx (soak_clients.py says what each means).
@@ -250,35 +251,34 @@ def summary(r: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--clients", type=int, default=6, help="concurrent clients (4-8 for a real soak)")
     ap.add_argument("--max-tokens", type=int, default=32, help="a chat's answer cap; parses get 4x")
     ap.add_argument("--sample-every", type=float, default=5.0, help="seconds between RSS samples")
     ap.add_argument("--warmup", type=float, default=0.1, help="fraction of the run before the RSS baseline")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "soak.json"))
-    a = ap.parse_args()
+
+
+def run(a) -> Record:
+    path = lib.test_model("smollm2").path
     store = ModelStore(test_home())
-    pull(store, "smollm2", progress=no_progress)
     with tempfile.TemporaryDirectory(prefix="flashdesk-soak-") as tmp:
         home = linked_home(Path(tmp) / "home", store)
         try:
             report = soak(a, store, home)
         finally:  # the servers' logs outlive the temporary home: a 500's traceback is in there
             logs = sorted(home.glob("server-*.log"), key=lambda f: f.stat().st_mtime)
-            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(a.out).with_suffix(".server.log").write_text(
+            log = lib.out_base(a.out).with_name(lib.out_base(a.out).name + ".server.log")
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(
                 "".join(f"== {f.name}\n{f.read_text('utf-8', errors='replace')}" for f in logs), "utf-8")
     report["lost_records"] = lost(report)
-    report["ok"] = (report["server_alive"] and report["lost_records"] == 0 and report["requests"]["errors_5xx"] == 0
-                    and report["requests"]["broken_answers"] == 0)
-    Path(a.out).write_text(json.dumps(report, indent=1, ensure_ascii=False), "utf-8")
+    ok = (report["server_alive"] and report["lost_records"] == 0 and report["requests"]["errors_5xx"] == 0
+          and report["requests"]["broken_answers"] == 0)
     print(summary(report))
-    print(f"{'OK' if report['ok'] else 'FAILED'}  ({a.out})")
-    return 0 if report["ok"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    print("OK" if ok else "FAILED")
+    return Record("soak", {"minutes": a.minutes, "clients": a.clients, "max_tokens": a.max_tokens,
+                           "sample_every": a.sample_every, "warmup": a.warmup, "seed": a.seed, "threads": 2},
+                  medians={f"p50_ms {k}": v["p50_ms"] for k, v in report["requests"]["per_kind"].items()},
+                  figures=report, ok=bool(ok), model={"path": path})

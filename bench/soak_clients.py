@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import httpx
 import openai
 
-from bench.common import EVAL_DATA, dev_prompts
+from bench import datasets
 
 MODEL = "smollm2"
 WEIGHTS = {"chat": 4, "workorder": 2, "conversation": 3, "disconnect": 1, "bad": 1}
@@ -43,11 +43,6 @@ SMALL_SCHEMA = {"type": "object", "required": ["customer_name", "quantity", "due
     "quantity": {"type": ["integer", "null"], "minimum": 0, "maximum": 1000000},
     "due_date": {"type": ["string", "null"], "format": "date"}}}
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)  # a parse queued behind others on a shared 2-core CPU is slow
-
-
-def work_orders() -> list[dict]:
-    text = (EVAL_DATA / "workorders-dev.jsonl").read_text("utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def _has_text(data: str) -> bool:
@@ -73,8 +68,8 @@ class Client(threading.Thread):
         self.records, self.rng, self.acked = records, random.Random(seed * 1000 + n), Acked()
         self.http = httpx.Client(base_url=base, timeout=TIMEOUT)
         self.oa = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=600.0)
-        self.prompts = [p for p in dev_prompts() if p.get("messages")]
-        self.orders = work_orders()
+        self.prompts = [p for p in datasets.dev_prompts() if p.get("messages")]
+        self.orders = datasets.workorders()
         self.kinds, self.weights = list(WEIGHTS), list(WEIGHTS.values())
 
     def run(self) -> None:

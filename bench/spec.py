@@ -4,15 +4,15 @@ One engine, one run; for each prompt the modes run back to back (A B C ... A B C
 greedy, the same token ids for every mode. Reports per category and mode: tau, tok/s
 (median of per-prompt rates), ratio to plain (median of per-prompt, per-round ratios),
 where the time went (draft, select, target, Python overhead), and whether every output
-equalled plain (it must). Writes JSON to bench/out/spec.json.
+equalled plain (it must).
 
-    .venv/bin/python bench/spec.py [--draft PATH|auto|random] [--prompts 2] [--max-tokens 96]
+    .venv/bin/python -m bench spec [--draft PATH|auto|random] [--prompts 12] [--max-tokens 96]
                                    [--rounds 1] [--modes a,b]
-    .venv/bin/python bench/spec.py --rollback [--archs qwen35,gemma4] [--steps 48] [--rounds 5]
+    .venv/bin/python -m bench spec --rollback [--archs qwen35,gemma4] [--steps 48] [--rounds 5]
 
 `--rollback` reports instead, per architecture the catalog offers (each on its tiny random
 target), the share of a speculative step spent rolling back rejected tokens, and what a
-host-memory state checkpoint would cost instead (bench/rollback_cost.py). JSON: bench/out/rollback.json.
+host-memory state checkpoint would cost instead (bench/rollback_cost.py).
 
 Without a trained draft (`--draft random`, the default when none is paired) the DFlash
 rows measure the machinery's costs only: a random draft is almost never accepted.
@@ -20,29 +20,17 @@ rows measure the machinery's costs only: a random draft is almost never accepted
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from dataclasses import asdict
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.common import dev_prompts, drop_callers_settings, test_home  # noqa: E402
+from bench import datasets, lib
+from bench.lib import GREEDY, Record
+from engine import Engine, EngineConfig
+from engine.speculative.params import SpecParams
 
-drop_callers_settings()  # before the engine loads: it reads FLASHDESK_LLAMA_BUILD
-
-from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
-from engine.speculative.params import SpecParams  # noqa: E402
-from engine.models.pull import pull  # noqa: E402
-from engine.models.store import ModelStore, no_progress  # noqa: E402
-
-GREEDY = SamplingParams(temperature=0)
 
 
 def modes(have_dflash: bool, block: int) -> dict[str, SpecParams]:
@@ -58,41 +46,28 @@ def modes(have_dflash: bool, block: int) -> dict[str, SpecParams]:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--draft", default="auto", help="auto (paired), random, none, or a path")
-    ap.add_argument("--prompts", type=int, default=2, help="prompts per category")
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--block", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=1, help="repeat every prompt's A B C ... sequence")
     ap.add_argument("--modes", default="", help="comma-separated mode names to run (plain always runs)")
-    ap.add_argument("--out", default=None, help="JSON file (default bench/out/spec.json, or rollback.json)")
     ap.add_argument("--rollback", action="store_true", help="the rollback cost per architecture instead")
     ap.add_argument("--archs", default="", help="--rollback: comma-separated architectures (default: all)")
     ap.add_argument("--steps", type=int, default=48, help="--rollback: verify steps per side and round")
-    a = ap.parse_args()
+    ap.set_defaults(prompts=12, rounds=1)
 
-    model = pull(ModelStore(test_home()), "smollm2", progress=no_progress)
+
+def run(a) -> Record:
+    model = lib.test_model(a.model or "smollm2")
     if a.rollback:
         return rollback(a, model.path)
-    draft, draft_kind = None, "none"
-    if a.draft == "auto" and model.draft_path:
-        draft, draft_kind = model.draft_path, "paired"
-    elif a.draft in ("auto", "random"):
-        from gguf_tools.dflash import write_random_draft
-
-        draft = str(Path(tempfile.mkdtemp()) / "random-dflash2.gguf")
-        write_random_draft(draft, model.path, seed=0)
-        draft_kind = "random (costs only)"
-    elif a.draft != "none":
-        draft, draft_kind = a.draft, a.draft
+    draft, draft_kind = lib.draft_for(model, a.draft, seed=0)
     eng = Engine.load(model.path, EngineConfig(n_ctx=2048, n_parallel=1, n_threads=a.threads, draft=draft))
-    assert eng.spec.curve_ready.wait(300), "the verify-cost curve was not measured"  # else the chooser decodes plainly
+    # else the chooser decodes plainly
+    assert lib.speculation(eng).curve_ready.wait(300), "the verify-cost curve was not measured"
     by_cat: dict[str, list] = defaultdict(list)
-    for p in dev_prompts():
-        if len(by_cat[p.get("category", "misc")]) < a.prompts:
-            by_cat[p.get("category", "misc")].append(p)
+    for p in datasets.prompts(a.prompts):
+        by_cat[p.get("category", "misc")].append(p)
     ms = modes("dflash" in eng.drafters, a.block)
     if a.modes:
         keep = {m.strip() for m in a.modes.split(",")} | {"plain"}
@@ -145,11 +120,13 @@ def main() -> int:
                 "tau": round(sum((r["tau"] or 0) * r["verifies"] for r in rs) / ver, 2) if ver else None,
                 "share_pct": shares | {"python_other": round(100 - sum(shares.values()), 1)} if ver else None,
             })
-    result = {"draft": draft_kind, "block": a.block, "threads": a.threads, "max_tokens": a.max_tokens,
-              "prompts_per_category": a.prompts, "rounds": a.rounds, "mismatches": mismatches, "table": table,
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                       text=True).stdout.strip()}
-    write(a.out or ROOT / "bench" / "out" / "spec.json", result)
+    params = {"draft": draft_kind, "block": a.block, "threads": a.threads, "max_tokens": a.max_tokens,
+              "prompts": a.prompts, "rounds": a.rounds, "modes": list(ms)}
+    rec = Record("spec", params, samples=[{"category": c, "mode": m, **r} for (c, m), lst in rows.items() for r in lst],
+                 medians={r["mode"]: r["tok_per_s"] for r in table if r["category"] == "all"},
+                 ratios={r["mode"]: r["ratio"] for r in table if r["category"] == "all" and r["mode"] != "plain"},
+                 figures={"mismatches": mismatches, "table": table}, ok=not mismatches,
+                 model={"path": model.path})
     print(f"{'category':20} {'mode':16} {'tok/s':>7} {'ratio':>6} {'tau':>5}  shares % (draft/select/target/other)")
     for r in table:
         sh = r["share_pct"]
@@ -157,26 +134,14 @@ def main() -> int:
         print(f"{r['category']:20} {r['mode']:16} {r['tok_per_s']:7.1f} {r['ratio']:6.3f} "
               f"{r['tau'] or '-':>5}  {shares}")
     print(f"mismatches against plain: {mismatches or 'none'}")
-    return 1 if mismatches else 0
+    return rec
 
 
-def rollback(a, tokenizer_from: str) -> int:
+def rollback(a, tokenizer_from: str) -> Record:
     from bench import rollback_cost
 
     rows = rollback_cost.run(tokenizer_from, [x for x in a.archs.split(",") if x] or None, a.steps,
                              max(a.rounds, 3), a.threads)
-    write(a.out or ROOT / "bench" / "out" / "rollback.json",
-          {"block": rollback_cost.BLOCK, "threads": a.threads, "steps": a.steps, "rounds": max(a.rounds, 3),
-           "rows": rows, "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                                   capture_output=True, text=True).stdout.strip()})
     rollback_cost.print_table(rows)
-    return 0
-
-
-def write(path, result: dict) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(result, indent=1))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return Record("spec --rollback", {"block": rollback_cost.BLOCK, "threads": a.threads, "steps": a.steps,
+                                      "rounds": max(a.rounds, 3)}, samples=rows)

@@ -5,39 +5,29 @@ every step is timed at three depths: `llama_decode` itself (llama.cpp's compute)
 step around it (planning, batch filling, sampling, the drafters' bookkeeping: our Python on the
 hot path), and the worker's step around that (committing tokens, text, events). Reported per
 stream count: tokens/s, steps, and the median milliseconds of each depth with the Python share.
-What HTTP adds on top is bench/serve.py's part A; what llama-server does with the same model is
-bench/anchor.py. Writes JSON to bench/out/step_time.json.
+What HTTP adds on top is the serve benchmark's part A; what llama-server does with the same model
+is the anchor benchmark's.
 
-    .venv/bin/python bench/step_time.py [--model PATH] [--streams 1,4] [--max-tokens 64]
-                                        [--mode off] [--rounds 2]
+    .venv/bin/python -m bench step_time [--model PATH] [--streams 1,4] [--max-tokens 64]
+                                        [--mode off] [--rounds 2] [--prompts 8]
 
 The timers wrap the engine's methods from outside (nothing in the engine knows of them).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import threading
 import time
 from collections import defaultdict
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.common import dev_prompts, drop_callers_settings, test_home  # noqa: E402
-
-drop_callers_settings()
-
-from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
-from engine import worker  # noqa: E402
-from engine.llama import context  # noqa: E402
-from engine.models.pull import pull  # noqa: E402
-from engine.models.store import ModelStore, no_progress  # noqa: E402
-from engine.speculative import loop  # noqa: E402
-from engine.speculative.params import SpecParams  # noqa: E402
+from bench import datasets, lib
+from bench.lib import GREEDY, Record
+from engine import Engine, EngineConfig
+from engine import worker
+from engine.llama import context
+from engine.speculative import loop
+from engine.speculative.params import SpecParams
 
 TIMES: dict[str, list[float]] = defaultdict(list)  # depth -> ms of each call
 
@@ -55,13 +45,7 @@ def timed(cls, name: str, depth: str) -> None:
     setattr(cls, name, wrapper)
 
 
-def default_model() -> str:
-    store = ModelStore(test_home())
-    pull(store, "smollm2", progress=no_progress)
-    return store.get("smollm2").path
-
-
-def run(engine: Engine, prompts: list[dict], streams: int, max_tokens: int, mode: str) -> dict:
+def streamed(engine: Engine, prompts: list[dict], streams: int, max_tokens: int, mode: str) -> dict:
     """`streams` requests at once, each taking the next prompt until all are answered."""
     TIMES.clear()
     todo, tokens, lock = list(prompts), [], threading.Lock()
@@ -72,7 +56,7 @@ def run(engine: Engine, prompts: list[dict], streams: int, max_tokens: int, mode
                 if not todo:
                     return
                 p = todo.pop(0)
-            c = engine.chat(p["messages"], sampling=SamplingParams(temperature=0), max_tokens=max_tokens,
+            c = engine.chat(p["messages"], sampling=GREEDY, max_tokens=max_tokens,
                             speculative=SpecParams(mode=mode))
             with lock:
                 tokens.append(len(c.tokens))
@@ -92,30 +76,29 @@ def run(engine: Engine, prompts: list[dict], streams: int, max_tokens: int, mode
             "python_share": 1.0 - total["decode"] / total["worker"] if total.get("worker") else None}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", help="a GGUF (default: SmolLM2 from the test cache)")
+def add_arguments(ap) -> None:
     ap.add_argument("--streams", default="1,4")
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--mode", default="off", help="speculative mode of every request")
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "step_time.json"))
-    a = ap.parse_args()
+    ap.set_defaults(prompts=8, rounds=2)
+
+
+def run(a) -> Record:
     counts = [int(x) for x in a.streams.split(",")]
     timed(context.Context, "decode", "decode")
     timed(loop.Stepper, "step", "stepper")
     timed(worker.Engine, "_step", "worker")
-    engine = Engine.load(a.model or default_model(), EngineConfig(n_ctx=2048, n_parallel=max(counts)))
-    prompts = dev_prompts()[:a.prompts]
+    path = lib.model_path(a.model)
+    engine = Engine.load(path, EngineConfig(n_ctx=2048, n_parallel=max(counts), n_threads=a.threads))
+    prompts = datasets.prompts(a.prompts)
     rows = defaultdict(list)
     try:
         # the idle measurement of the cost curve decodes between requests: let it finish first
-        engine.spec.curve_ready.wait(timeout=300)
-        run(engine, prompts[:1], 1, 8, a.mode)  # warm-up
+        lib.speculation(engine).curve_ready.wait(timeout=300)
+        streamed(engine, prompts[:1], 1, 8, a.mode)  # warm-up
         for _ in range(a.rounds):
             for n in counts:
-                rows[n].append(run(engine, prompts, n, a.max_tokens, a.mode))
+                rows[n].append(streamed(engine, prompts, n, a.max_tokens, a.mode))
     finally:
         engine.close()
     heads = ("streams", 7), ("tok/s", 7), ("steps", 6), ("decode ms", 10), ("stepper ms", 11), ("worker ms", 10)
@@ -129,12 +112,8 @@ def main() -> int:
         summary.append(s)
         print(f"{n:>7} {s['tok_s']:>7.1f} {s['steps']:>6.0f} {s['decode_ms']:>10.2f} {s['stepper_ms']:>11.2f} "
               f"{s['worker_ms']:>10.2f} {100 * s['python_share']:>6.1f}%")
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(a), "summary": summary, "rounds": rows}, indent=1, default=str))
-    print(f"wrote {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return Record("step_time", {"streams": a.streams, "max_tokens": a.max_tokens, "prompts": len(prompts),
+                                "mode": a.mode, "rounds": a.rounds, "threads": a.threads},
+                  samples=[{"streams": n, "round": i, **r} for n, rs in rows.items() for i, r in enumerate(rs)],
+                  medians={f"tok_s at {s['streams']} streams": s["tok_s"] for s in summary},
+                  figures={"summary": summary}, model={"path": path})

@@ -1,14 +1,14 @@
-"""Did a change make decoding slower? bench/spec.py on two checkouts, alternated in one run.
+"""Did a change make decoding slower? The spec benchmark on two checkouts, alternated in one run.
 
 Side A is a commit (checked out into a temporary git worktree), side B the working tree.
-Each round runs bench/spec.py once per side, in the order A B, then B A, and so on, so
+Each round runs the spec benchmark once per side, in the order A B, then B A, and so on, so
 the machine's drift falls on both sides alike. Both sides use this interpreter and its
 installed llama.cpp and native library; each imports its own Python packages (the
 editable install's redirect is dropped for side A). Reports, per mode, the median tok/s of
-each side over the rounds and the median of the per-round ratios B / A. Writes JSON to
-bench/out/trees.json.
+each side over the rounds and the median of the per-round ratios B / A. A commit from before
+the suite runs its bench/spec.py (whose --prompts counted per category).
 
-    .venv/bin/python bench/trees.py --a HEAD~3 [--rounds 3] -- --prompts 1 --max-tokens 64 \\
+    .venv/bin/python -m bench trees --a HEAD~3 [--rounds 3] -- --prompts 6 --max-tokens 64 \\
         --modes "lookup B=8,dflash-walk B=8"
 """
 
@@ -22,34 +22,39 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.harness import ROOT
+from bench.lib import Record, out_json, rotation
 
-# Runs bench/spec.py of one tree: that tree's packages first, never the editable install's.
+# Runs the spec benchmark of one tree: that tree's packages first, never the editable install's.
 BOOT = """import runpy, sys
 tree, argv = sys.argv[1], sys.argv[2:]
 sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "ScikitBuildRedirectingFinder"]
 sys.path.insert(0, tree)
-sys.argv = [tree + "/bench/spec.py"] + argv
-runpy.run_path(sys.argv[0], run_name="__main__")
+try:
+    import bench.suite
+except ImportError:  # a commit from before the suite: its bench/spec.py
+    sys.argv = [tree + "/bench/spec.py"] + argv
+    runpy.run_path(sys.argv[0], run_name="__main__")
+else:
+    sys.exit(bench.suite.main(["spec"] + argv))
 """
 
 
 def run_side(tree: Path, spec_args: list[str], out: Path) -> dict:
     proc = subprocess.run([sys.executable, "-c", BOOT, str(tree), *spec_args, "--out", str(out)],
                           cwd=tree, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"bench/spec.py failed in {tree} (status {proc.returncode}):\n{proc.stderr[-3000:]}")
-    data = json.loads(out.read_text())
+    if proc.returncode not in (0, 1) or not out_json(out).is_file() and not out.is_file():
+        raise SystemExit(f"the spec benchmark failed in {tree} (status {proc.returncode}):\n{proc.stderr[-3000:]}")
+    data = json.loads((out if out.is_file() else out_json(out)).read_text())
     return {r["mode"]: r for r in data["table"] if r["category"] == "all"} | {"_mismatches": data["mismatches"]}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--a", default="HEAD", help="the commit to compare against (side A)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "trees.json"))
-    ap.add_argument("spec_args", nargs=argparse.REMAINDER, help="after --: arguments for bench/spec.py")
-    a = ap.parse_args()
+    ap.add_argument("spec_args", nargs=argparse.REMAINDER, help="after --: the spec benchmark's flags")
+
+
+def run(a) -> Record:
     spec_args = [x for x in a.spec_args if x != "--"]
     work = Path(tempfile.mkdtemp(prefix="flashdesk-trees-"))
     tree_a = work / "a"
@@ -59,7 +64,7 @@ def main() -> int:
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     try:
         for rnd in range(a.rounds):
-            for side in ("A", "B") if rnd % 2 == 0 else ("B", "A"):
+            for side in rotation(["A", "B"], rnd):
                 runs[side].append(run_side(sides[side], spec_args, work / f"{side}{rnd}.json"))
                 print(f"round {rnd + 1}/{a.rounds}: side {side} done", file=sys.stderr)
     finally:
@@ -76,16 +81,15 @@ def main() -> int:
     mismatches = {s: [m for r in runs[s] for m in r["_mismatches"]] for s in runs}
     result = {"a": commit.stdout.strip(), "b": "working tree", "rounds": a.rounds, "spec_args": spec_args,
               "mismatches": mismatches, "table": table}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=1))
     print(f"A = {result['a']}, B = working tree, {a.rounds} rounds (A B, B A, ...)")
     print(f"{'mode':18} {'A tok/s':>8} {'B tok/s':>8} {'B/A':>6} {'A vs plain':>10} {'B vs plain':>10}")
     for r in table:
         print(f"{r['mode']:18} {r['tok_per_s_a']:8.1f} {r['tok_per_s_b']:8.1f} {r['ratio_b_over_a']:6.3f} "
               f"{r['speedup_vs_plain_a']:10.3f} {r['speedup_vs_plain_b']:10.3f}")
     print(f"mismatches against plain: A {mismatches['A'] or 'none'}, B {mismatches['B'] or 'none'}")
-    return 1 if any(mismatches.values()) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return Record("trees", {"a": result["a"], "b": "working tree", "rounds": a.rounds, "spec_args": spec_args},
+                  samples=[{"side": s, "round": i, **{m: r[m]["tok_per_s"] for m in r if not m.startswith("_")}}
+                           for s in runs for i, r in enumerate(runs[s])],
+                  medians={f"{r['mode']} {s}": r[f"tok_per_s_{s.lower()}"] for r in table for s in "AB"},
+                  ratios={r["mode"]: r["ratio_b_over_a"] for r in table},
+                  figures={"mismatches": mismatches, "table": table}, ok=not any(mismatches.values()))

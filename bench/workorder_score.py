@@ -8,8 +8,8 @@ matrix, and the same numbers split by language (zh: the message has CJK characte
 It is not a runner: it never calls a model or builds prompts. Give it the outputs of a
 run (raw texts, parsed dicts, or None for a failed call), one per case, in case order.
 
-    .venv/bin/python -m bench.workorder_score OUTPUTS.jsonl [--cases CASES.jsonl]
-                                             [--schema SCHEMA.json] [--json out.json]
+    .venv/bin/python -m bench workorder_score OUTPUTS.jsonl [--cases CASES.jsonl]
+                                             [--schema SCHEMA.json] [--out OUT]
 
 OUTPUTS.jsonl lines are {"id": "wo-dev-01", "output": "<raw text>"}; a case without a line
 is scored as a failed call.
@@ -34,7 +34,6 @@ References: tests/data/README.md (section 2), tests/data/workorder.schema.json.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
@@ -45,9 +44,9 @@ from pathlib import Path
 
 from jsonschema import Draft202012Validator
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CASES = ROOT / "tests" / "data" / "workorders-dev.jsonl"  # the project's dev set, kept in the repository
-DEFAULT_SCHEMA = ROOT / "tests" / "data" / "workorder.schema.json"
+from bench.datasets import WORKORDER_SCHEMA as DEFAULT_SCHEMA
+from bench.datasets import WORKORDERS as DEFAULT_CASES  # the project's dev set, kept in the repository
+from bench.lib import Record
 
 EXACT_FIELDS = ("order_type", "priority", "delivery_method", "needs_review", "due_date")
 CASE_FIELDS = ("customer_name", "contact") + EXACT_FIELDS + ("item_count",)
@@ -321,36 +320,39 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.workorder_score", description=__doc__.split("\n")[0])
+def add_arguments(ap) -> None:
     ap.add_argument("outputs", type=Path, help='JSONL of {"id": ..., "output": "<raw model text>"}')
     ap.add_argument("--cases", type=Path, default=DEFAULT_CASES)
     ap.add_argument("--schema", type=Path, default=DEFAULT_SCHEMA)
-    ap.add_argument("--json", type=Path, help="also write the full report here")
-    args = ap.parse_args(argv)
+
+
+def run(args) -> Record:
     for p in (args.outputs, args.cases, args.schema):
         if not p.is_file():
-            ap.error(f"{p} not found. HINT: the dev set lives in tests/data/; "
-                     "pass --cases and --schema to use another copy")
+            raise SystemExit(f"{p} not found. HINT: the dev set lives in tests/data/; "
+                             "pass --cases and --schema to use another copy")
     cases = read_jsonl(args.cases)
     by_id = {}
     for line in read_jsonl(args.outputs):
         by_id[line["id"]] = line.get("output")
     unknown = sorted(set(by_id) - {c["id"] for c in cases})
     if unknown:
-        ap.error(f"outputs for ids not in {args.cases}: {', '.join(unknown[:5])}. "
-                 "HINT: pass the --cases file the run used")
+        raise SystemExit(f"outputs for ids not in {args.cases}: {', '.join(unknown[:5])}. "
+                         "HINT: pass the --cases file the run used")
     missing = [c["id"] for c in cases if c["id"] not in by_id]
     if missing:
         print(f"note: {len(missing)} case(s) have no output line and count as failed calls: "
               f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}", file=sys.stderr)
     report = score(cases, [by_id.get(c["id"]) for c in cases], json.loads(args.schema.read_text("utf-8")))
     print(format_report(report))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, ensure_ascii=False, indent=1) + "\n", "utf-8")
-    return 0
+    return Record("workorder_score", {"outputs": str(args.outputs), "cases": str(args.cases),
+                                      "schema": str(args.schema)},
+                  figures=report)  # its samples are the report's per_case rows
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def main(argv: list[str] | None = None) -> int:
+    """The scorer as a function (`python -m bench workorder_score ARGS`); `--json PATH`, its flag from
+    before the suite, is the suite's `--out PATH`."""
+    from bench.suite import main as suite_main
+
+    return suite_main(["workorder_score", *("--out" if a == "--json" else a for a in argv or sys.argv[1:])])

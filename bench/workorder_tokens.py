@@ -1,7 +1,7 @@
 """Where a work order's answer tokens lie, by what could write them: the frontier of the grammar
 and copy drafters (issue 52).
 
-Each answer of a bench/workorders.py run (its baseline's result, as json.dumps writes it, which is
+Each answer of a workorders run (`python -m bench workorders`: its baseline's result, as json.dumps writes it, which is
 the model's habit: a blank after "," and ":"; items written again in a row are already removed
 there, so a loop's tokens are not counted) is tokenized by the default model and each token is put
 where its first byte lies:
@@ -14,26 +14,21 @@ where its first byte lies:
 The bound on what the grammar and copy drafters can write, without lookup or a draft model, is
 structure plus every choice and copy token after a value's first.
 
-    .venv/bin/python bench/workorder_tokens.py [bench/out/workorders.json]
+    .venv/bin/python -m bench workorder_tokens [bench/out/workorders.json]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.common import test_home  # noqa: E402
-from engine.grammar import copy  # noqa: E402
-from engine.llama.model import Model  # noqa: E402
-from engine.models.pull import pull  # noqa: E402
-from engine.models.store import ModelStore, no_progress  # noqa: E402
-from server.workorders.spans import value_spans  # noqa: E402
-from server.workorders.templates import TemplateStore, load_file  # noqa: E402
+from bench import lib
+from bench.lib import OUT_DIR, Record
+from engine.grammar import copy
+from engine.llama.model import Model
+from server.workorders.spans import value_spans
+from server.workorders.templates import TemplateStore, load_file
 
 KINDS = ("structure", "copy", "choice", "number", "free")
 
@@ -76,15 +71,17 @@ def kinds_of(text: str, copies: set[str], enums: set[str]) -> tuple[list[str], l
     return kind, firsts
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("run", nargs="?", default=str(ROOT / "bench" / "out" / "workorders.json"))
-    a = ap.parse_args()
+def add_arguments(ap) -> None:
+    ap.add_argument("run", nargs="?", default=str(OUT_DIR / "workorders.json"), help="a workorders record")
+
+
+def run(a) -> Record:
     data = json.loads(Path(a.run).read_text("utf-8"))
     name = data["template"]
     template = load_file(Path(name), "user") if name.endswith(".json") else TemplateStore(None).get(name)
     copies, enums = set(copy.fields(template.schema)), enum_fields(template.schema)
-    model = Model(pull(ModelStore(test_home()), "smollm2", progress=no_progress).path)
+    path = lib.model_path(a.model)  # the tokenizer
+    model = Model(path)
     count = dict.fromkeys(KINDS, 0)
     later = {"copy": 0, "choice": 0}  # tokens after a value's first
     try:
@@ -112,8 +109,7 @@ def main() -> int:
     bound = count["structure"] + later["copy"] + later["choice"]
     print(f"grammar + copy bound (structure, and every copy or choice token after a value's first): "
           f"{bound / total:.1%}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return Record("workorder_tokens", {"run": a.run, "template": name, "run_commit": data.get("commit")},
+                  figures={"tokens": total, "share": {k: count[k] / total for k in KINDS},
+                           "after_first": {k: later[k] / total for k in later}, "grammar_copy_bound": bound / total},
+                  model={"path": path})

@@ -7,58 +7,50 @@ write exactly plain decoding's tokens. Reports, per mode: decode tok/s (median o
 the ratio to plain (median of per-case decode-time ratios: same tokens, so time ratio =
 speed ratio), the end-to-end ratio (prefill included), tau; and from the plain run:
 JSON/schema validity and per-field accuracy (bench/workorder_score.py, against
-tests/data/workorder.schema.json). Writes JSON to bench/out/workorders.json.
+tests/data/workorder.schema.json). Its record (bench/out/workorders.json) is what review_marks and
+workorder_tokens read.
 
-    .venv/bin/python bench/workorders.py [--modes off,lookup,grammar,grammar+lookup,grammar+lookup+dflash,auto]
+    .venv/bin/python -m bench workorders [--modes off,lookup,grammar,grammar+lookup,grammar+lookup+dflash,auto]
         [--limit 24] [--threads 2]
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.common import EVAL_DATA, drop_callers_settings, test_home  # noqa: E402
-
-drop_callers_settings()  # before the engine loads: it reads FLASHDESK_LLAMA_BUILD
-
-from bench.workorder_score import format_report, score  # noqa: E402
-from engine import Completion, Engine, EngineConfig, RequestHandle  # noqa: E402
-from engine.speculative.params import SpecParams  # noqa: E402
-from engine.models.pull import pull  # noqa: E402
-from engine.models.store import ModelStore, no_progress  # noqa: E402
-from server.workorders import extract  # noqa: E402
-from server.workorders.templates import TemplateStore, load_file  # noqa: E402
+from bench import datasets, lib
+from bench.lib import Record
+from bench.workorder_score import format_report, score
+from engine import Completion, Engine, EngineConfig, RequestHandle
+from engine.speculative.params import SpecParams
+from server.workorders import extract
+from server.workorders.templates import TemplateStore, load_file
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cases", default=str(EVAL_DATA / "workorders-dev.jsonl"))
-    ap.add_argument("--schema", default=str(EVAL_DATA / "workorder.schema.json"), help="the schema the scorer checks")
+def add_arguments(ap) -> None:
+    ap.add_argument("--cases", default=str(datasets.WORKORDERS))
+    ap.add_argument("--schema", default=str(datasets.WORKORDER_SCHEMA), help="the schema the scorer checks")
     ap.add_argument("--template", default="work_order", help="a template name, or a template file to try")
     ap.add_argument("--modes", default="off,lookup,grammar,grammar+lookup,grammar+lookup+dflash,auto")
     ap.add_argument("--limit", type=int, default=0, help="first N cases only")
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--draft", default="auto", help="auto (the paired draft), none, or a path")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "workorders.json"))
-    a = ap.parse_args()
 
-    cases = [json.loads(line) for line in Path(a.cases).read_text("utf-8").splitlines() if line.strip()]
+
+def run(a) -> Record:
+    cases = datasets.workorders(a.cases)
     cases = cases[:a.limit] if a.limit else cases
-    model = pull(ModelStore(test_home()), "smollm2", progress=no_progress)
+    model = lib.test_model(a.model or "smollm2")
     draft = model.draft_path if a.draft == "auto" else None if a.draft == "none" else a.draft
     eng = Engine.load(model.path, EngineConfig(n_ctx=a.ctx, n_parallel=1, n_threads=a.threads, draft=draft))
-    assert eng.spec.curve_ready.wait(300), "the verify-cost curve was not measured"  # else every mode decodes plainly
+    # else every mode decodes plainly
+    assert lib.speculation(eng).curve_ready.wait(300), "the verify-cost curve was not measured"
     template = (load_file(Path(a.template), "user") if a.template.endswith(".json")
                 else TemplateStore(None).get(a.template))
     modes = [m for m in a.modes.split(",") if m == "off" or m == "auto" or m in eng.drafters]
@@ -114,13 +106,6 @@ def main() -> int:
             "used": sorted({r["used"] for r in rs if r["used"]}),
             "share": _shares(rs),
         })
-    result = {"template": a.template, "cases": len(cases), "threads": a.threads, "ctx": a.ctx, "draft": draft,
-              "baseline": modes[0], "speed": speed, "mismatches": mismatches, "score": report, "runs": runs,
-              "outputs": dict(zip((c["id"] for c in cases), outputs)),  # the baseline's answers, for a look
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                       text=True).stdout.strip()}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=1, ensure_ascii=False))
     print(format_report(report))
     print(f"\n{'mode':21} {'tok/s':>7} {'ratio':>6} {'e2e':>6} {'tau':>5}  {'used':21} committed tokens by source")
     for r in speed:
@@ -131,7 +116,16 @@ def main() -> int:
     closed = sum(r["closed_early"] for r in runs[modes[0]])
     print(f"ended before max_tokens: {finished}/{len(cases)} ({closed} closed early by the grammar); "
           f"mismatches against {modes[0]}: {mismatches or 'none'}")
-    return 1 if mismatches else 0
+    return Record("workorders", {"template": a.template, "cases": len(cases), "threads": a.threads, "ctx": a.ctx,
+                                 "draft": draft, "modes": modes},
+                  samples=[{"mode": m, **{k: r[k] for k in ("case", "tokens", "decode_ms", "prefill_ms", "wall_ms")}}
+                           for m in modes for r in runs[m]],  # the timings; "runs" has all a run kept
+                  medians={r["mode"]: r["tok_per_s"] for r in speed},
+                  ratios={r["mode"]: r["ratio"] for r in speed if r["mode"] != modes[0]},
+                  figures={"template": a.template, "cases": len(cases), "baseline": modes[0], "speed": speed,
+                           "mismatches": mismatches, "score": report, "runs": runs,
+                           "outputs": dict(zip((c["id"] for c in cases), outputs))},  # the baseline's answers
+                  ok=not mismatches, model={"path": model.path})
 
 
 def _shares(runs: list[dict]) -> dict[str, float]:
@@ -149,7 +143,3 @@ def _run(eng: Engine, req) -> RequestHandle:
     handle = RequestHandle(req)
     eng.submit(req)
     return handle
-
-
-if __name__ == "__main__":
-    sys.exit(main())

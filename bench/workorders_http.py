@@ -10,21 +10,20 @@ for a parse, the same text for a chat). In order:
   workorders  the dev work orders, once the idle fill-in has timed every one-sequence row count;
   streams     the first N work orders sent at once, N in --streams, off and auto alternated per
               round: aggregate completion tokens per second;
-  prompts     the dev prompts (every 5th) through the openai client.
+  prompts     --prompts N dev prompts (spread over the categories) through the openai client.
 Reports, per part, the median of the per-case time ratios (off / auto: above 1 means auto is
 faster), the total time ratio (cases after the first, for `fresh`), and the share of committed
-tokens each drafter wrote. Writes bench/out/workorders_http.json.
+tokens each drafter wrote.
 
-    .venv/bin/python bench/workorders_http.py [--limit 24] [--fresh 10] [--streams 1,4,8] [--rounds 3]
+    .venv/bin/python -m bench workorders_http [--limit 24] [--fresh 10] [--streams 1,4,8] [--rounds 3]
                                               [--prompts 12] [--max-tokens 128]
 
 The server loads whatever llama.cpp build this environment selects (LLAMA_CPP_LIB_PATH passes,
-so `bench/cpu_verify.py`'s sides can be compared here too). Quote ratios, not absolute times.
+so cpu_verify's sides can be compared here too). Quote ratios, not absolute times.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -36,14 +35,10 @@ from pathlib import Path
 import httpx
 import openai
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.common import EVAL_DATA, ServerProcess, dev_prompts, drop_callers_settings, linked_home, test_home  # noqa: E402
-
-drop_callers_settings()
-
-from engine.models.store import ModelStore, no_progress  # noqa: E402
-from engine.models.pull import pull  # noqa: E402
+from bench import datasets, lib
+from bench.harness import ServerProcess, linked_home, test_home
+from bench.lib import Record
+from engine.models.store import ModelStore
 
 MODES = ("off", "auto")
 
@@ -120,23 +115,21 @@ def streams_part(http: httpx.Client, cases: list, counts: list[int], rounds: int
     return {"streams": out, "differ": differ}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--limit", type=int, default=24, help="dev work orders")
     ap.add_argument("--fresh", type=int, default=10, help="work orders sent the moment the model is loaded")
     ap.add_argument("--streams", default="1,4,8", help="concurrent work orders (comma-separated; empty: none)")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of each stream count")
-    ap.add_argument("--prompts", type=int, default=12, help="dev prompts (every 5th)")
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "workorders_http.json"))
-    args = ap.parse_args()
+    ap.set_defaults(prompts=12)
+
+
+def run(args) -> Record:
     counts = [int(n) for n in args.streams.split(",") if n.strip()]
+    path = lib.test_model("smollm2").path
     store = ModelStore(test_home())
-    pull(store, "smollm2", progress=no_progress)
     tmp = tempfile.TemporaryDirectory(prefix="flashdesk-wo-http-")  # a fresh home each run: nothing learned yet
     server = ServerProcess(linked_home(Path(tmp.name) / "home", store), "--parallel", str(max(counts + [4])))
-    cases = [json.loads(line) for line in (EVAL_DATA / "workorders-dev.jsonl").read_text("utf-8").splitlines()
-             if line.strip()]
+    cases = datasets.workorders()
     report: dict = {}
     try:
         server.wait_ready(measured=False)  # loaded: what a user waits for
@@ -149,13 +142,11 @@ def main() -> int:
             if counts:
                 report["streams"] = streams_part(http, cases, counts, args.rounds)
         client = openai.OpenAI(base_url=f"{server.base}/v1", api_key="none")
-        prompts = dev_prompts()[::5][: args.prompts]
+        prompts = datasets.prompts(args.prompts)
         report["prompts"] = run_part("prompts", prompts, lambda p, m: chat(client, p, m, args.max_tokens))
     finally:
         server.stop()
         tmp.cleanup()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1))
     sp = report["speculation"] or {}
     print(f"exact: {sp.get('exact')} ({sp.get('exact_why')})")
     for part in ("fresh", "workorders", "prompts"):
@@ -167,7 +158,11 @@ def main() -> int:
     for n, r in (report.get("streams") or {}).get("streams", {}).items():
         print(f"streams {n}: off {r['off_tok_per_s']} tok/s, auto {r['auto_tok_per_s']} tok/s, ratio {r['ratio']}x")
     differ = [report[p]["differ"] for p in ("fresh", "workorders", "prompts") if p in report]
-    return 1 if any(differ) or (report.get("streams") or {}).get("differ") else 0
-
-if __name__ == "__main__":
-    sys.exit(main())
+    parts = ("fresh", "workorders", "prompts")
+    return Record("workorders_http", {"limit": args.limit, "fresh": args.fresh, "streams": args.streams,
+                                      "rounds": args.rounds, "prompts": args.prompts, "max_tokens": args.max_tokens,
+                                      "threads": 2},
+                  ratios={p: report[p]["median_ratio"] for p in parts if p in report}
+                  | {f"streams {n}": r["ratio"] for n, r in (report.get("streams") or {}).get("streams", {}).items()},
+                  figures=report, model={"path": path},
+                  ok=not (any(differ) or (report.get("streams") or {}).get("differ")))

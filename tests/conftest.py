@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-# The helpers bench/ shares (bench/common.py); tests import them from here, as before.
-from bench.common import (EVAL_DATA, ROOT, TEST_CTX, ServerProcess, dev_prompts,  # noqa: F401
-                          drop_callers_settings, free_port, linked_home, test_home, wait_ready)
+# The harness bench/ shares (bench/harness.py, bench/datasets.py); tests import them from here, as before.
+from bench.datasets import EVAL_DATA, dev_prompts  # noqa: F401
+from bench.harness import (ROOT, TEST_CTX, ServerProcess, drop_callers_settings, free_port,  # noqa: F401
+                           linked_home, test_home, wait_ready)
 
 # The suite never reads the caller's own flashdesk settings (a user's FLASHDESK_HOME, FLASHDESK_MODEL,
 # FLASHDESK_LLAMA_BUILD, ...): a test that needs one sets it itself. Only the harness's own knobs

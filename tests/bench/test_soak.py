@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from bench.common import ROOT
+from bench.harness import ROOT
 
 
 @pytest.mark.timeout(1200)  # two server starts, a verify-cost measurement, parses: 5.5 min on a shared 2-core CPU

@@ -1,15 +1,14 @@
-"""What the benchmarks and the tests both run on: the dev checkout's model cache, its dev prompts,
-and `flashdesk serve` as a subprocess on a free loopback port, waited on until ready.
+"""The harness the benchmarks and the tests both run on: the dev checkout's model cache, and
+`flashdesk serve` as a subprocess on a free loopback port, waited on until ready.
 
-Not a test module and not a fixture file: tests/conftest.py builds its fixtures on these, and
-bench/ imports them from here, never from tests/ (tests/test_layering.py holds both to that).
+A declared module, not a script and not a fixture file: tests/conftest.py builds its fixtures on
+it, and bench/ imports it from here, never from tests/ (tests/test_layering.py holds both to that).
 Nothing here imports `engine`: a caller first drops the caller's own flashdesk settings
-(`drop_callers_settings`), then imports the engine.
+(`drop_callers_settings`), then imports the engine. The dev prompts are bench/datasets.py's.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -25,7 +24,6 @@ if TYPE_CHECKING:
     from engine.models.store import ModelStore
 
 ROOT = Path(__file__).resolve().parent.parent
-EVAL_DATA = ROOT / "tests" / "data"  # the project's dev prompts and work orders (tests/data/README.md)
 TEST_CTX = 2048
 
 
@@ -40,26 +38,6 @@ def drop_callers_settings() -> None:
 def test_home() -> Path:
     """Per-machine model cache for the tests and benchmarks (not the user's own store)."""
     return Path(os.environ.get("FLASHDESK_TEST_HOME", Path.home() / ".cache" / "flashdesk-tests"))
-
-
-def dev_prompts() -> list[dict]:
-    """The 60 dev prompts (tests/data/prompts-dev.jsonl), in file order."""
-    text = (EVAL_DATA / "prompts-dev.jsonl").read_text("utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def spread(prompts: list[dict], n: int) -> list[dict]:
-    """n prompts taken in turn from each category, so every kind of request is in a short run."""
-    by_cat: dict[str, list[dict]] = {}
-    for p in prompts:
-        by_cat.setdefault(p.get("category", "misc"), []).append(p)
-    out, i = [], 0
-    while len(out) < min(n, len(prompts)):
-        for rows in by_cat.values():
-            if i < len(rows) and len(out) < n:
-                out.append(rows[i])
-        i += 1
-    return out
 
 
 def free_port() -> int:
