@@ -208,9 +208,10 @@ def model_path(model: str | None, default: str = "smollm2") -> str:
 
 
 def speculation(eng):
-    """An engine's speculation state: `Engine.speculation` (named `Engine.spec` before engine/'s
-    rename; the one place bench/ minds which it runs against)."""
-    return eng.speculation if hasattr(eng, "speculation") else eng.spec
+    """An engine's speculation state: `Engine.spec`, or `Engine.speculation` after engine/'s rename
+    (before it, `speculation` is a method): the one place bench/ minds which engine it runs on."""
+    state = getattr(eng, "spec", None)
+    return state if state is not None else eng.speculation
 
 
 def draft_for(model, choice: str | None, seed: int = 0) -> tuple[str | None, str]:
