@@ -113,7 +113,9 @@ def out_json(out: str | Path) -> Path:
 
 
 def _cell(v) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    if isinstance(v, float):
+        return f"{v:.1f}" if abs(v) >= 100 else f"{v:.4g}"
+    return str(v)
 
 
 def _flat(d: dict) -> str:
