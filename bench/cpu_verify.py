@@ -14,6 +14,7 @@ Once per side: the exactness table of bench/gpu_check.py (every width 2..16 at e
 after 40 and 250 tokens, and 4 sequences together against alone), max |diff| per width.
 
     .venv/bin/python -m bench cpu_verify --model MODEL.gguf [--side stock=/path/lib] [--rounds 3]
+        [--out bench/out/cpu_verify-MODEL]
     .venv/bin/python -m bench cpu_verify --tables bench/out/cpu_verify-*.json   # Markdown, for the notes
     .venv/bin/python -m bench gpu_check random-model M.gguf --layers 28 --embd 2048 [--quant Q4_0]
 

@@ -125,7 +125,7 @@ def run(a) -> Record:
     rec = Record("spec", params, samples=[{"category": c, "mode": m, **r} for (c, m), lst in rows.items() for r in lst],
                  medians={r["mode"]: r["tok_per_s"] for r in table if r["category"] == "all"},
                  ratios={r["mode"]: r["ratio"] for r in table if r["category"] == "all" and r["mode"] != "plain"},
-                 figures={"mismatches": mismatches, "table": table}, ok=not mismatches,
+                 figures={"mismatches": mismatches, "table": table}, ok=not mismatches, markdown=markdown(table),
                  model={"path": model.path})
     print(f"{'category':20} {'mode':16} {'tok/s':>7} {'ratio':>6} {'tau':>5}  shares % (draft/select/target/other)")
     for r in table:
@@ -135,6 +135,12 @@ def run(a) -> Record:
               f"{r['tau'] or '-':>5}  {shares}")
     print(f"mismatches against plain: {mismatches or 'none'}")
     return rec
+
+
+def markdown(table: list[dict]) -> str:
+    lines = ["| category | mode | tok/s | ratio to plain | tau |", "|---|---|---|---|---|"]
+    lines += [f"| {r['category']} | {r['mode']} | {r['tok_per_s']} | {r['ratio']} | {r['tau'] or '-'} |" for r in table]
+    return "\n".join(lines)
 
 
 def rollback(a, tokenizer_from: str) -> Record:
