@@ -1,5 +1,5 @@
 """What the server asks of an engine, written once: the local engine (engine.Engine) and a backend
-server's adapter (server/remote.py RemoteEngine) both implement `EngineAPI`, so the routes never ask
+server's adapter (server/runtime/backend.py BackendEngine) both implement `EngineAPI`, so the routes never ask
 which one they hold. What the two can do differently is said in `Capabilities`, not by their type.
 
 What this is not: HTTP. The backend's adapter lives in server/, and the engine knows nothing of it.
@@ -40,7 +40,7 @@ class EngineAPI(Protocol):
 
     def stats(self) -> EngineStats: ...
 
-    def speculation(self) -> SpeculationFacts: ...
+    def speculation_facts(self) -> SpeculationFacts: ...
 
     async def probe(self) -> dict | None:
         """How the server behind it answers, for /health ({"status": "up" | "down" | "failing", "error", ...});

@@ -1,6 +1,6 @@
 """Engine errors: one class per thing that can go wrong, each with a stable `code`.
 
-Not HTTP: `server/errors.py` maps these codes to status codes and OpenAI error JSON.
+Not HTTP: `server/http/errors.py` maps these codes to status codes and OpenAI error JSON.
 Messages are written for the person reading them and end with the next step to take.
 """
 

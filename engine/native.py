@@ -209,7 +209,7 @@ def select_sample(lattice: Lattice, T: int, K: int, temperature: float, uniforms
 
 
 def accept_greedy(path, target_argmax) -> tuple[int, int]:
-    """path [T], target_argmax [T+1] -> (n_accepted, bonus)."""
+    """path [T], target_argmax [T+1] -> (n_accepted, bonus = target_argmax[n_accepted])."""
     path = np.ascontiguousarray(path, dtype=np.int32).reshape(-1)  # [T]
     T = path.shape[0]
     target_argmax = _small(target_argmax, np.int32, (T + 1,), "target_argmax")  # [T+1]

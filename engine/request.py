@@ -62,7 +62,7 @@ class StreamEvent:
 
 @dataclass(frozen=True)
 class ChatPrompt:
-    """The messages of a chat request, kept as messages: what a backend server is sent (server/remote.py),
+    """The messages of a chat request, kept as messages: what a backend server is sent (server/runtime/backend.py),
     which renders its own chat template (it knows the model's; we may not have the model file at all).
     The local engine renders the template itself, into a str."""
 

@@ -1,6 +1,6 @@
 """What an engine reports about itself across requests: its load now (`EngineStats`), its running
 totals (`Totals`) and what it does with speculation (`SpeculationFacts`). The local engine and a backend
-(server/remote.py) report the same types, so /health and /metrics read either without asking
+(server/runtime/backend.py) report the same types, so /health and /metrics read either without asking
 which engine they hold."""
 
 from __future__ import annotations

@@ -38,8 +38,7 @@ from .request import Completion, GenerationRequest, RequestHandle, StreamEvent
 from .sampling import SamplingParams
 from .slot import Slot
 from .speculative.drafters.base import Drafter
-from .speculative.costs import MAX_ROWS
-from .speculative.params import AUTO, OFF, SpecParams
+from .speculative.params import AUTO, SpecParams
 from .speculative.setup import DrafterFactory, Speculation
 from .stats import EngineStats, SpeculationFacts, Totals
 
@@ -91,9 +90,9 @@ class Engine:
         # how prompts are cut so that answers never depend on what was cached (measured, like the judge below)
         self.chunks = on_own_thread(lambda: chunks.measure(self.ctx))
         # the drafters, the exactness judge (measured here, before the worker starts) and the learned costs
-        self.spec = Speculation(model, self.ctx, config, self.chunks, drafters=drafters,
-                                on_gpu=ggml.supports_gpu_offload() and config.n_gpu_layers != 0)
-        self.drafters = self.spec.drafters  # name -> drafter: the speculative modes this engine has
+        self.speculation = Speculation(model, self.ctx, config, self.chunks, drafters=drafters,
+                                       on_gpu=ggml.supports_gpu_offload() and config.n_gpu_layers != 0)
+        self.drafters = self.speculation.drafters  # name -> drafter: the speculative modes this engine has
         if stop is not None:
             self.ctx.set_abort(None)
         self.totals = Totals()  # for /metrics
@@ -148,9 +147,7 @@ class Engine:
             raise EngineStopped("the engine is shutting down")
         req.sampling.validate()
         req.speculative.validate()
-        if req.speculative.mode not in (AUTO, OFF) and req.speculative.mode not in self.drafters:
-            raise InvalidRequest(f"speculative mode {req.speculative.mode!r} is not available here; this engine "
-                                 f"has: {AUTO}, {OFF}, {', '.join(self.drafters)}", param="speculative.mode")
+        self.speculation.check(req.speculative)
         if req.max_tokens is not None and req.max_tokens < 1:
             raise InvalidRequest("max_tokens must be at least 1", param="max_tokens")
         if req.grammar:
@@ -218,8 +215,8 @@ class Engine:
     def chat(self, messages: list[dict], **kw) -> Completion:
         return self.complete(self.render_chat(messages), **kw)
 
-    def speculation(self) -> SpeculationFacts:
-        return self.spec.facts()
+    def speculation_facts(self) -> SpeculationFacts:
+        return self.speculation.facts()
 
     async def probe(self) -> None:  # engine/api.py: nothing behind this engine, no server's figures
         return None
@@ -245,7 +242,7 @@ class Engine:
             self._closed = True
             self.stop()
             self._thread.join()
-            self.spec.close()  # its draft contexts point into the target context: freed first
+            self.speculation.close()  # its draft contexts point into the target context: freed first
             self.ctx.close()
             self.model.close()
 
@@ -266,8 +263,8 @@ class Engine:
                         for slot in self._slots:
                             if slot.busy:
                                 self._finish(slot, StreamEvent(error=GenerationFailed(f"engine error: {e}")))
-                elif self.spec.fill_in is not None and self._queue.empty():
-                    self.spec.fill_step(self._slots[-1])
+                elif self.speculation.has_idle_work and self._queue.empty():
+                    self.speculation.idle(self._slots[-1])
         finally:
             stopped = EngineStopped("the engine stopped before this request finished")
             for slot in self._slots:
@@ -293,7 +290,7 @@ class Engine:
     def _admit(self) -> None:
         """Move queued requests into free slots; block only when there is nothing to do."""
         waiting = self._waiting
-        idle = not any(s.busy for s in self._slots) and not waiting and self.spec.fill_in is None
+        idle = not any(s.busy for s in self._slots) and not waiting and not self.speculation.has_idle_work
         try:
             while True:
                 r = self._queue.get(block=idle)
@@ -306,8 +303,6 @@ class Engine:
         for req in [r for r in waiting if r.cancelled.is_set()]:  # a client that gave up frees its place now
             waiting.remove(req)
             req.sink(StreamEvent(finish_reason="cancelled"))
-        if waiting and self.spec.fill_in is not None:
-            self.spec.fill_in.pause()  # requests first: the fill-in goes on when the engine is idle again
         while waiting:
             free = [s for s in self._slots if not s.busy]
             if not free:
@@ -317,17 +312,11 @@ class Engine:
                 req.sink(StreamEvent(finish_reason="cancelled"))
                 continue
             busy = [s.seq_id for s in self._slots if s.busy]
-            slot = prefix.best_slot(free, req.prompt_tokens, self.chunks, busy, self._gap_tokens())
+            gap = self.speculation.gap_tokens(self._mean_answer)
+            slot = prefix.best_slot(free, req.prompt_tokens, self.chunks, busy, gap)
             max_new = req.max_tokens or (self.n_ctx - len(req.prompt_tokens))
             try:
-                spec = self.spec.policy.state_for(req.speculative, req.sampling, req.prompt_tokens, slot,
-                                             constrained=bool(req.grammar))
-                follows = spec is not None and spec.drafter.follows_kv  # a draft KV beside the target's
-                shared = prefix.common_prefix(slot.cached, req.prompt_tokens[:-1]) if follows else 0
-                reused = prefix.reuse(slot, self.ctx, req.prompt_tokens, spec.drafter if spec else None, self.chunks)
-                costs = self.spec.costs
-                if shared > reused and costs.ready:  # a kept prompt decoded again for the draft: its upkeep
-                    spec.stats.upkeep_ms += costs.cost(shared - reused)
+                spec, reused = self.speculation.admit(req, slot)
             except Exception as e:  # a bug (a failed measurement, say): this request fails, the worker goes on
                 log.exception("could not start a request")
                 prefix.drop(slot, self.ctx)  # whatever it held may be half-overwritten
@@ -335,18 +324,10 @@ class Engine:
                 continue
             slot.start(req, self.model, max_new, spec, reused)
 
-    def _gap_tokens(self) -> float | None:
-        """Prompt tokens worth as much as one more ubatch in every step of an answer (prefix.best_slot):
-        an answer's mean length of single-row decodes, over a prompt row's share of a 16-row decode."""
-        costs = self.spec.costs
-        if not costs.ready:
-            return None
-        return self._mean_answer * costs.cost(1) / (costs.cost(MAX_ROWS) / MAX_ROWS)
-
     def _step(self) -> None:
         active = [s for s in self._slots if s.busy]
         try:
-            committed = self.spec.stepper.step(active)
+            committed = self.speculation.step(active)
         except GenerationFailed as e:  # llama.cpp refused the batch: it left no trace in the cache
             for slot in active:
                 self._finish(slot, StreamEvent(error=e))
@@ -382,7 +363,7 @@ class Engine:
 
     def _finish(self, slot: Slot, event: StreamEvent) -> None:
         """Send the final event; keep the committed KV as a prefix for the next request; free the slot."""
-        event.usage = slot.usage(speedup=self.spec.finished(slot.spec))
+        event.usage = slot.usage(speedup=self.speculation.finished(slot.spec))
         self._mean_answer = 0.8 * self._mean_answer + 0.2 * len(slot.output)
         self.totals.count(event)
         slot.emit(event)

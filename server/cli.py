@@ -30,8 +30,8 @@ from .settings import ENGINE_DEFAULTS, Settings
 def cmd_serve(a) -> int:
     import uvicorn
 
-    from .app import create_app
-    from .shutdown import Server
+    from .http.app import create_app
+    from .http.shutdown import Server
 
     settings = Settings(**flags.given(a, Settings))
     if not settings.backend:  # a backend's model is the backend's to check (it is asked at start-up)

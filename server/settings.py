@@ -6,7 +6,7 @@ makes `flashdesk serve`'s flags from these fields (`flag` in a field's extra nam
 that is not the field's name). The engine's knobs take their defaults from
 `engine.EngineConfig` and their names from engine/speculative/params.py, so each lives once.
 
-Not the engine's configuration: server/runtime.py turns these into an `EngineConfig`.
+Not the engine's configuration: server/runtime/served.py turns these into an `EngineConfig`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from engine import EngineConfig
 from engine.models.catalog import DEFAULT_MODEL
 from engine.speculative.params import MAX_BLOCK
 
-from .speculation import Mode, Selector
-from .upstream import base_url
+from .runtime.speculation import Mode, Selector
+from .runtime.backend_wire import base_url
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 ENGINE_DEFAULTS = EngineConfig()  # the engine's own defaults (threads: this machine's cores, at most 8)
@@ -69,7 +69,7 @@ class Settings(BaseSettings):
         ENGINE_DEFAULTS.spec_inexact, description="speculate on backends whose batched logits differ from "
                                                   "single-token ones (CUDA); output is then not bit-identical "
                                                   "to plain decoding")
-    # A backend instead of the local engine (server/remote.py): the model, draft and engine knobs above
+    # A backend instead of the local engine (server/runtime/backend.py): the model, draft and engine knobs above
     # are then the backend's business.
     backend: str | None = Field(None, description="serve an OpenAI-compatible server (vLLM, SGLang) at this URL "
                                                   "instead of a local model")

@@ -74,7 +74,7 @@ def model_path(store) -> str:
 @pytest.fixture(scope="session")
 def engine(model_path):
     eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2))
-    assert eng.spec.curve_ready.wait(120), "the verify-cost curve was not measured"
+    assert eng.speculation.curve_ready.wait(120), "the verify-cost curve was not measured"
     yield eng
     eng.close()
 
@@ -89,8 +89,8 @@ def dflash_engine_on(model_path: str, draft: Path, drafters=()) -> Iterator[Engi
     eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2, draft=str(draft)),
                       drafters=drafters)
     try:
-        assert "dflash" in eng.drafters, eng.spec.draft_error
-        assert eng.spec.curve_ready.wait(120), "the verify-cost curve was not measured"
+        assert "dflash" in eng.drafters, eng.speculation.draft_error
+        assert eng.speculation.curve_ready.wait(120), "the verify-cost curve was not measured"
         yield eng
     finally:
         eng.close()

@@ -311,7 +311,7 @@ def test_the_walk_sees_every_kind_of_use():
 def test_serving_loads_the_hub_client_only_to_fetch():
     """The app bundle leaves huggingface_hub out (installers/flashdesk.spec): starting the server, its
     CLI or the desktop launcher must not import it; engine/models/pull.py loads it to fetch a Hub file."""
-    code = ("import sys, engine, engine.worker, server.app, server.cli, server.desktop.launcher; "
+    code = ("import sys, engine, engine.worker, server.http.app, server.cli, server.desktop.launcher; "
             "server.cli.parser(); print('huggingface_hub' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -321,7 +321,7 @@ def test_serving_loads_the_hub_client_only_to_fetch():
 def test_serving_never_imports_torch():
     """PyTorch is the optional [train] extra: the server, its CLI (which registers
     train-draft) and the engine must load without it."""
-    code = ("import sys, engine, engine.worker, server.app, server.cli; server.cli.parser(); "
+    code = ("import sys, engine, engine.worker, server.http.app, server.cli; server.cli.parser(); "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

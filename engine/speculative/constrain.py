@@ -18,25 +18,31 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..llama.context import Context
 from ..llama.grammar import Grammar
+from .verify import target_argmax, target_logits
 
 
-def accept_greedy(grammar: Grammar, path: list[int], target_argmax: np.ndarray, row_logits,
-                  close_at: int) -> tuple[int, int]:
-    """path [T], target_argmax [T+1] (unconstrained), row_logits(i) -> [V] logits of row i;
-    rows from close_at on choose as Grammar.close does (the request is closing its JSON).
-    Returns (n_accepted, bonus) as constrained plain decoding would commit them; the
-    grammar has advanced over path[:n_accepted] + [bonus]."""
-    for i, best in enumerate(target_argmax):
+def accept_constrained(slot, path: list[int], ctx: Context, rows: list[int]) -> tuple[int, int]:
+    """Greedy acceptance of `path` [T] verified at batch `rows` [T+1], with `slot`'s grammar choosing
+    at each row: the plain argmax where the grammar allows it, else the grammar's own greedy choice
+    (the row's logits are read only then), and from the row where the answer must close its JSON to
+    fit max_tokens (`slot.close_from`) on, what Grammar.close chooses. Returns (n_accepted, bonus) as
+    constrained plain decoding would commit them; the grammar has advanced over path[:n_accepted] + [bonus]."""
+    grammar = slot.sampler.grammar
+    close_at = len(rows) if slot.close_from is None else slot.close_from - len(slot.output)
+    for i, best in enumerate(target_argmax(ctx, rows)):  # [T+1], unconstrained
         best = int(best)
         if i >= close_at:
-            token = grammar.close(row_logits(i))
+            token = grammar.close(target_logits(ctx, rows[i:i + 1])[0])
+        elif grammar.allows(best):
+            token = best
         else:
-            token = best if grammar.allows(best) else grammar.greedy(row_logits(i), best)
+            token = grammar.greedy(target_logits(ctx, rows[i:i + 1])[0], best)
         grammar.accept(token)
         if i == len(path) or token != path[i]:
             return i, token
-    raise AssertionError("target_argmax must have one row more than the path")
+    raise AssertionError("a verify has one row more than its path")
 
 
 def target_probs(grammar: Grammar, dist, logits: np.ndarray, path: list[int]) -> np.ndarray:

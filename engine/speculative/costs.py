@@ -27,7 +27,7 @@ from typing import Callable, Mapping
 
 from ..llama.context import Context
 
-MAX_ROWS = 16  # the one-sequence curve the fill-in completes: c(1..MAX_ROWS)
+CURVE_ROWS = 16  # the one-sequence curve the fill-in completes: c(1..CURVE_ROWS)
 SEQ_BUCKETS = (1, 2, 4, 8, 16)  # sequences in a decode, rounded up to one of these (more: the last)
 WINDOW = 16  # samples per cell: the median of the last WINDOW decodes
 MIN_SAMPLES = 3  # a cell prices on its own median from this many samples (fewer: from its neighbours)
@@ -98,10 +98,10 @@ class CostModel:
         return len(self.cells.get((1, 1), ())) >= MIN_SAMPLES
 
     def missing(self) -> list[int]:
-        """One-sequence row counts 1..MAX_ROWS the idle fill-in should measure: too few samples,
+        """One-sequence row counts 1..CURVE_ROWS the idle fill-in should measure: too few samples,
         or none for STALE_S."""
         now = self.clock()
-        return [r for r in range(1, MAX_ROWS + 1)
+        return [r for r in range(1, CURVE_ROWS + 1)
                 if len(self.cells.get((r, 1), ())) < MIN_SAMPLES or now - self.seen.get((r, 1), now) > STALE_S]
 
     def cost(self, rows: int, seqs: int = 1) -> float:
@@ -113,8 +113,8 @@ class CostModel:
         return sum(self.cost(rows, seqs) for rows, seqs in ubatches(rows_by_seq, n_ubatch))
 
     def curve(self, seqs: int = 1) -> list[float]:
-        """c(1..MAX_ROWS) as priced now (reports and benches)."""
-        return [self.cost(k, seqs) for k in range(1, MAX_ROWS + 1)]
+        """c(1..CURVE_ROWS) as priced now (reports and benches)."""
+        return [self.cost(k, seqs) for k in range(1, CURVE_ROWS + 1)]
 
     def _points(self, bucket: int) -> list[tuple[int, float]]:
         """The bucket's cells with MIN_SAMPLES, in rows order, made rising: more rows never cost less."""
@@ -201,7 +201,7 @@ class FillIn:
 
     def __init__(self, ctx: Context, model: CostModel, seq_id: int, context_tokens: int = 256):
         self.ctx, self.model, self.seq_id = ctx, model, seq_id
-        self.context_tokens = max(1, min(context_tokens, ctx.n_ctx_seq - MAX_ROWS))
+        self.context_tokens = max(1, min(context_tokens, ctx.n_ctx_seq - CURVE_ROWS))
         self.filler = ctx.model.bos_id if ctx.model.bos_id >= 0 else 0
         self.history = 0  # filler tokens in the sequence's cache so far
 
@@ -218,11 +218,11 @@ class FillIn:
         ctx, batch, n, q = self.ctx, self.ctx.batch, self.context_tokens, self.seq_id
         try:
             batch.clear()
-            if self.history < n:  # the history first, MAX_ROWS tokens per step
-                for i in range(self.history, min(self.history + MAX_ROWS, n)):
+            if self.history < n:  # the history first, CURVE_ROWS tokens per step
+                for i in range(self.history, min(self.history + CURVE_ROWS, n)):
                     batch.add(self.filler, i, q, logits=False)
                 ctx.decode(batch)
-                self.history = min(self.history + MAX_ROWS, n)
+                self.history = min(self.history + CURVE_ROWS, n)
                 return False
             rows = todo[0]
             for j in range(rows):

@@ -120,59 +120,73 @@ class Stepper:
             rows[s.seq_id] = 1 if not s.prefilling else self._chunk(s, room)
             room -= rows[s.seq_id] if s.prefilling else 0
         decoding = [s for s in slots if not s.prefilling]
-        self._batch = StepBatch(rows, float(len(decoding)), n_ubatch=self.ctx.n_ubatch)
+        batch = StepBatch(rows, float(len(decoding)), n_ubatch=self.ctx.n_ubatch)
         want = {}
         for s in decoding:
             if s.spec is not None:
-                want[s.seq_id] = s.spec.path_cap(s) if s.spec.drafter.free else self._price(s)
+                want[s.seq_id] = s.spec.path_cap(s) if s.spec.drafter.free else self._price(s, batch)
         if self.max_rows is not None:  # the step's rows: one per slot, then paths while room lasts
             room = self.max_rows - len(slots)
             for seq_id in want:
                 want[seq_id] = min(want[seq_id], room)
                 room -= want[seq_id]
-        paths = self._draft([s for s in slots if want.get(s.seq_id, 0) > 0], want)
+        paths = {}
+        for n_draft, group in self._groups([s for s in slots if want.get(s.seq_id, 0) > 0], want):
+            paths.update(self._draft(group, n_draft, batch))
         return [Work(s, "prefill") if s.prefilling else
                 Work(s, "verify", paths[s.seq_id]) if s.seq_id in paths else Work(s, "plain") for s in slots]
 
-    def _draft(self, slots: list, want: dict[int, int]) -> dict[int, Path]:
-        """One propose() per (drafter, path length): equal block lengths in each draft call."""
+    @staticmethod
+    def _groups(slots: list, want: dict[int, int]) -> list[tuple[int, list]]:
+        """The step's draft calls: one per (drafter, path length), so a call drafts equal blocks."""
         groups: dict[tuple[int, int], list] = defaultdict(list)
         for slot in slots:
             groups[(id(slot.spec.drafter), want[slot.seq_id])].append(slot)
+        return [(n_draft, group) for (_, n_draft), group in groups.items()]
+
+    def _draft(self, group: list, n_draft: int, batch: StepBatch) -> dict[int, Path]:
+        """One draft call for `group` (one drafter, `n_draft` tokens each): its cost shared out, each
+        proposal through the select stage, a free drafter's path cut to its price on `batch`."""
+        drafter = group[0].spec.drafter
+        t0 = time.perf_counter()
+        views = [SeqView(s.seq_id, s.history(), s.n_past, s.req.grammar, len(s.req.prompt_tokens)) for s in group]
+        try:
+            proposals = drafter.propose(views, n_draft, unary=any(s.spec.selector == "top1" for s in group))
+        except EngineError as e:  # a drafter failing costs this step's speculation, not the requests
+            log.warning("%s drafter failed, decoding plainly this step: %s", drafter.name, e.message)
+            return {}
+        self._charge(group, proposals, (time.perf_counter() - t0) * 1000.0)
         out: dict[int, Path] = {}
-        for (_, n_draft), group in groups.items():
-            drafter = group[0].spec.drafter
-            t0 = time.perf_counter()
-            views = [SeqView(s.seq_id, s.history(), s.n_past, s.req.grammar, len(s.req.prompt_tokens)) for s in group]
-            try:
-                proposals = drafter.propose(views, n_draft, unary=any(s.spec.stats.selector == "top1" for s in group))
-            except EngineError as e:  # a drafter failing costs this step's speculation, not the requests
-                log.warning("%s drafter failed, decoding plainly this step: %s", drafter.name, e.message)
-                continue
-            share = (time.perf_counter() - t0) * 1000.0 / len(group)
-            # the chooser wants the cost of one more draft call: without a catch-up injection of
-            # rows kept while it decoded plainly (a prompt, a plain run), which is paid once
-            # either way; injecting what the last verify committed is part of every step
-            first = proposals[0] if proposals else Proposal()
-            catch_up = first.inject_ms / len(group) if first.inject_rows > MAX_BLOCK * len(group) else 0.0
-            for slot, prop in zip(group, proposals):
-                # a request's own start (a grammar parsed once) is paid once, like a catch-up: priced
-                # into every step, it would keep a fresh request from speculating for its first steps
-                once = catch_up + min(prop.setup_ms, share - catch_up)
-                slot.spec.stats.draft_ms += share - once
-                slot.spec.stats.upkeep_ms += once
-                slot.spec.observe_draft_cost(share - once)
-                path = self._select(slot, prop, n_draft)
-                if drafter.free and path.tokens:
-                    path = path.head(self._price(slot, len(path.tokens), path.sources))
-                if path.tokens:  # an empty path: this sequence decodes plainly this step
-                    out[slot.seq_id] = path
+        for slot, prop in zip(group, proposals):
+            path = self._select(slot, prop, n_draft)
+            if drafter.free and path.tokens:
+                path = path.head(self._price(slot, batch, len(path.tokens), path.sources))
+            if path.tokens:  # an empty path: this sequence decodes plainly this step
+                out[slot.seq_id] = path
         return out
 
-    def _price(self, slot, available: int | None = None, sources: list[str | None] | None = None) -> int:
+    @staticmethod
+    def _charge(group: list, proposals: list[Proposal], ms: float) -> None:
+        """A draft call's time, shared out over its sequences: the chooser wants the cost of one more
+        draft call, so what is paid once either way counts as upkeep, not draft cost: a catch-up
+        injection of rows kept while the sequence decoded plainly (a prompt, a plain run), and a
+        request's own start (a grammar parsed once), which priced into every step would keep a fresh
+        request from speculating for its first steps. Injecting what the last verify committed is
+        part of every step."""
+        share = ms / len(group)
+        first = proposals[0] if proposals else Proposal()
+        catch_up = first.inject_ms / len(group) if first.inject_rows > MAX_BLOCK * len(group) else 0.0
+        for slot, prop in zip(group, proposals):
+            once = catch_up + min(prop.setup_ms, share - catch_up)
+            slot.spec.stats.draft_ms += share - once
+            slot.spec.stats.upkeep_ms += once
+            slot.spec.observe_draft_cost(share - once)
+
+    @staticmethod
+    def _price(slot, batch: StepBatch, available: int | None = None, sources: list[str | None] | None = None) -> int:
         """The slot's path length on this step's batch, which then carries it."""
-        t = slot.spec.path_len(slot, available, self._batch, sources)
-        self._batch.add(slot.seq_id, t, expected_committed(slot.spec.rates(sources), t), slot.spec.draft_ms)
+        t = slot.spec.plan_path(slot, available, batch, sources)
+        batch.add(slot.seq_id, t, expected_committed(slot.spec.rates(sources), t), slot.spec.draft_ms)
         return t
 
     def _select(self, slot, prop: Proposal, n_draft: int) -> Path:
@@ -184,7 +198,7 @@ class Stepper:
         t0 = time.perf_counter()
         spec = slot.spec
         if spec.dist is None:
-            path = path_from(prop.lattice, n_draft, spec.stats.selector or "walk")
+            path = path_from(prop.lattice, n_draft, spec.selector or "walk")
         else:
             path = path_from(prop.lattice, n_draft, "walk", slot.req.sampling.temperature,
                              uniforms=spec.rng.random(n_draft, dtype=np.float32))
@@ -251,9 +265,7 @@ class Stepper:
         if spec.dist is None and grammar is None:  # temperature 0: the longest prefix the target's argmax agrees with
             n, bonus = accept.accept_greedy(path.tokens, target_argmax(self.ctx, rows))  # target: [T+1]
         elif spec.dist is None:  # the same, with the grammar's choice at each row
-            close_at = len(rows) if slot.close_from is None else slot.close_from - len(slot.output)
-            n, bonus = constrain.accept_greedy(grammar, path.tokens, target_argmax(self.ctx, rows),
-                                               lambda i: target_logits(self.ctx, rows[i:i + 1])[0], close_at)
+            n, bonus = constrain.accept_constrained(slot, path.tokens, self.ctx, rows)
         else:  # rejection sampling against the target sampler's own distribution at each row
             logits = target_logits(self.ctx, rows)  # [T+1, V]
             p = (np.stack([spec.dist.probs(row) for row in logits]) if grammar is None

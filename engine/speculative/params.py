@@ -107,7 +107,7 @@ class SpecStats:
 @dataclass(frozen=True)
 class SpecReport:
     """What speculation did for one answer (`Usage.speculation`), as its SpecStats stood at the end.
-    Its JSON shape is the server's (server/openai_format.py)."""
+    Its JSON shape is the server's (server/http/openai_format.py)."""
 
     mode: str
     selector: str | None

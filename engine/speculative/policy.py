@@ -14,6 +14,8 @@ itself (loop.py). It never touches a llama.cpp context.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from gguf_tools.dflash import DFLASH2
 
 from ..llama.sampler import TargetDistribution
@@ -29,17 +31,23 @@ MIN_ANSWERS = 3  # auto judges prompt lookup by what its requests measured from 
 
 
 class Policy:
-    def __init__(self, *, mode: str, selector: str, block: int, n_ctx: int, n_vocab: int):
+    def __init__(self, drafters: Mapping[str, Drafter], costs: CostModel, *, mode: str, selector: str,
+                 block: int, n_ctx: int, n_vocab: int, enabled: bool = True, max_rows: int | None = None,
+                 max_rollback: int | None = None):
+        """`drafters`: the engine's modes, fixed before the first request; `costs`: what decodes cost
+        here, learned from them; `enabled`: speculation is lossless on this backend (or the user
+        allowed inexact); `max_rows`: a banded GPU build verifies rows exactly up to this many;
+        `max_rollback`: a recurrent memory rolls back at most this many rejected tokens."""
         self.mode = mode  # default for requests that leave it to us ("auto")
         self.selector = selector  # default DFlash 2 path selector (a v1 draft has no lattice to select)
         self.block = block  # the largest B the chooser may pick (or B itself for a fixed block)
         self.n_ctx, self.n_vocab = n_ctx, n_vocab
-        self.enabled = False  # speculation is lossless on this backend (or the user allowed inexact)
-        self.max_rows: int | None = None  # a banded GPU build: verify rows (anchor + path) exact up to this many
-        self.max_rollback: int | None = None  # recurrent memory: the most rejected tokens it can roll back
-        self.costs = CostModel(1)  # what decodes cost here, learned from them (the engine sets its own)
-        self.drafters: dict[str, Drafter] = {}
-        self.records: dict[str, DrafterRecord] = {}  # what each drafter has shown here, across requests
+        self.enabled = enabled
+        self.max_rows = max_rows
+        self.max_rollback = max_rollback
+        self.costs = costs
+        self.drafters = dict(drafters)
+        self.records = {name: DrafterRecord() for name in self.drafters}  # what each has shown here
         self._auto_requests = 0
         self._auto_constrained = 0
         self.budget = TrialBudget()  # what auto mode's trials of unproven drafters may cost
@@ -50,14 +58,6 @@ class Policy:
         rejected tokens this model's memory can roll back."""
         rollback = MAX_BLOCK if self.max_rollback is None else self.max_rollback + 1
         return min(MAX_BLOCK, self.max_rows or MAX_BLOCK, rollback)
-
-    def add(self, drafter: Drafter) -> None:
-        """A new mode, before the first request; a name already taken is refused (it would orphan a
-        drafter that holds a context)."""
-        if drafter.name in self.drafters:
-            raise ValueError(f"a drafter named {drafter.name!r} is already here")
-        self.drafters[drafter.name] = drafter
-        self.records[drafter.name] = DrafterRecord()
 
     def state_for(self, params: SpecParams, sampling, prompt: list[int], slot,
                   constrained: bool = False) -> SpecState | None:

@@ -16,16 +16,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol
 
 from .. import prefix
 from ..chunks import Chunks
-from ..errors import EngineError
+from ..errors import EngineError, InvalidRequest
 from ..llama import ggml
 from ..llama.context import Context, on_own_thread
 from ..llama.model import Model
 from ..stats import MeasuredSpeedup, SpeculationFacts
-from .costs import CostModel, FillIn
+from .costs import CURVE_ROWS, CostModel, FillIn
 from .drafters.base import Drafter
 from .drafters.combined import GrammarLookupDrafter, SpanDFlashDrafter
 from .drafters.dflash import DFlashDrafter
@@ -33,8 +33,13 @@ from .drafters.grammar import GrammarDrafter
 from .drafters.lookup import PromptLookupDrafter
 from .exactness import judge
 from .loop import Stepper
-from .params import DFLASH, MeasuredGain
+from .params import AUTO, DFLASH, OFF, MeasuredGain, SpecParams
 from .policy import Policy
+from .state import SpecState
+
+if TYPE_CHECKING:  # the worker's request and slot: admitted, stepped, never kept here
+    from ..request import GenerationRequest
+    from ..slot import Slot
 
 log = logging.getLogger("flashdesk.engine")
 
@@ -58,14 +63,16 @@ class SpecConfig(Protocol):
 
 
 class Speculation:
+    """The worker's one door into speculation, in the manner of llama.cpp's common/speculative.h: `admit`
+    a request into a slot, `step` the active slots, give it the engine's `idle` time, and say when a
+    request `finished`. Nothing else of the package is the worker's to touch."""
+
     def __init__(self, model: Model, ctx: Context, config: SpecConfig, chunks: Chunks, *, on_gpu: bool,
                  drafters: Iterable[Drafter | DrafterFactory] = ()):
         """`drafters`: modes beside the built-in ones (tests bring oracles), each a drafter or a factory,
         added after the built-in ones and before the worker starts: no request sees the set change."""
-        self.ctx, self.config = ctx, config
-        self.policy = Policy(mode=config.spec_mode, selector=config.selector, block=config.spec_block,
-                             n_ctx=ctx.n_ctx_seq, n_vocab=model.n_vocab)
-        self.drafters = self.policy.drafters  # name -> drafter: the speculative modes this engine has
+        self.ctx, self.config, self.chunks = ctx, config, chunks
+        self.drafters: dict[str, Drafter] = {}  # name -> drafter: the speculative modes this engine has
         lookup, grammar = PromptLookupDrafter(), GrammarDrafter(model)
         for drafter in (lookup, grammar, GrammarLookupDrafter(grammar, lookup)):
             self._add(drafter)
@@ -78,15 +85,14 @@ class Speculation:
         # GPU build is exact only for decodes of up to `max_rows` rows: the policy and the stepper keep to it.
         self.exactness = on_own_thread(lambda: judge(ctx, on_gpu=on_gpu, block=config.spec_block))
         # spec_inexact accepts other numerics, never a memory that cannot roll back (corrupted state)
-        self.enabled = self.policy.enabled = (self.exactness.exact
-                                              or (config.spec_inexact and self.exactness.possible))
-        self.policy.max_rows = self.exactness.max_rows
-        self.policy.max_rollback = ctx.rollback
+        self.enabled = self.exactness.exact or (config.spec_inexact and self.exactness.possible)
         # The chooser prices paths from what decodes cost here, learned from every decode the stepper
         # times (kept beside the model); the fill-in times the one-sequence rows traffic has not
         # visited while the engine is idle, on its last sequence.
-        self.costs = self.policy.costs = CostModel.load(config.cost_cache, config.n_threads, ggml.build_id())
-        self.chunks = chunks
+        self.costs = CostModel.load(config.cost_cache, config.n_threads, ggml.build_id())
+        self.policy = Policy(self.drafters, self.costs, mode=config.spec_mode, selector=config.selector,
+                             block=config.spec_block, n_ctx=ctx.n_ctx_seq, n_vocab=model.n_vocab,
+                             enabled=self.enabled, max_rows=self.exactness.max_rows, max_rollback=ctx.rollback)
         self.stepper = Stepper(ctx, chunks, self.exactness.max_rows, self.costs)
         self.gain = MeasuredGain()  # what speculation did for recent answers here (the Models page says it)
         self.curve_ready = threading.Event()  # set once c(1..16) of one sequence are all measured
@@ -100,8 +106,12 @@ class Speculation:
         self._warn()
 
     def _add(self, drafter: Drafter) -> None:
+        """A new mode, before the first request; a name already taken is refused (it would orphan a
+        drafter that holds a context)."""
+        if drafter.name in self.drafters:
+            raise ValueError(f"a drafter named {drafter.name!r} is already here")
         drafter.attach(self.ctx)
-        self.policy.add(drafter)
+        self.drafters[drafter.name] = drafter
 
     def _load_draft(self, model: Model, path: str) -> None:
         """Pair a DFlash draft (2 or v1); a draft that does not fit is refused and the engine runs without it."""
@@ -151,11 +161,54 @@ class Speculation:
         """What the DFlash draft did for the answers it drafted for, pooled over the modes it drafts in."""
         return MeasuredGain.pooled([r.gain for mode, r in self.policy.records.items() if DFLASH in mode.split("+")])
 
+    def check(self, params: SpecParams) -> None:
+        """Refuse a request for a mode this engine does not have (any thread)."""
+        if params.mode not in (AUTO, OFF) and params.mode not in self.drafters:
+            raise InvalidRequest(f"speculative mode {params.mode!r} is not available here; this engine "
+                                 f"has: {AUTO}, {OFF}, {', '.join(self.drafters)}", param="speculative.mode")
+
+    def gap_tokens(self, mean_answer: float) -> float | None:
+        """Prompt tokens worth as much as one more ubatch in every step of an answer of `mean_answer`
+        tokens (prefix.best_slot): its single-row decodes over a prompt row's share of a full decode;
+        None until decodes have been timed here."""
+        if not self.costs.ready:
+            return None
+        return mean_answer * self.costs.cost(1) / (self.costs.cost(CURVE_ROWS) / CURVE_ROWS)
+
     # -- worker thread only, from here on ---------------------------------------------
 
-    def fill_step(self, slot) -> None:
+    def admit(self, req: GenerationRequest, slot: Slot) -> tuple[SpecState | None, int]:
+        """How `req`, admitted into `slot`, speculates (None: it decodes plainly), and how many of its
+        prompt tokens the slot's kept prefix spares it. A draft that keeps a KV of its own beside the
+        target's must decode a kept prompt again: that upkeep is counted against the request's drafter."""
+        self._pause_fill_in()  # requests first: the fill-in goes on when the engine is idle again
+        state = self.policy.state_for(req.speculative, req.sampling, req.prompt_tokens, slot,
+                                      constrained=bool(req.grammar))
+        drafter = state.drafter if state is not None else None
+        shared = prefix.common_prefix(slot.cached, req.prompt_tokens[:-1]) if drafter and drafter.follows_kv else 0
+        reused = prefix.reuse(slot, self.ctx, req.prompt_tokens, drafter, self.chunks)
+        if shared > reused and self.costs.ready:
+            state.stats.upkeep_ms += self.costs.cost(shared - reused)
+        return state, reused
+
+    def step(self, slots: list[Slot]) -> dict[int, list[int]]:
+        """One target decode for the active `slots` (loop.Stepper): seq_id -> tokens committed."""
+        return self.stepper.step(slots)
+
+    @property
+    def has_idle_work(self) -> bool:
+        """Whether the engine, with no request running or waiting, has decode costs left to measure."""
+        return self.fill_in is not None
+
+    def _pause_fill_in(self) -> None:
+        if self.fill_in is not None:
+            self.fill_in.pause()
+
+    def idle(self, slot: Slot) -> None:
         """One decode of the idle fill-in, on `slot`'s sequence (the last; only while no request runs or waits)."""
         m = self.fill_in
+        if m is None:
+            return
         if not m.primed:
             prefix.drop(slot, self.ctx)  # whatever this sequence kept: it is measured on
             if self._t_measure is None:
@@ -174,7 +227,7 @@ class Speculation:
                 log.info("measured this machine's decode costs, %.1f s after it began (c(1) %.1f ms, c(8) %.1f ms)",
                          time.perf_counter() - self._t_measure, self.costs.cost(1), self.costs.cost(8))
 
-    def finished(self, spec) -> float | None:
+    def finished(self, spec: SpecState | None) -> float | None:
         """A request ended (`spec`: its SpecState, None if it decoded plainly): count what it gained, keep
         what traffic taught (written at most every SAVE_EVERY_S, so it survives a restart), and measure
         rows unvisited for long again when idle. Returns its estimated speed-up (None: unknown)."""

@@ -142,6 +142,18 @@ class TrialBudget:
 
 
 class SpecState:
+    """One speculating request, from admission to its last token (the slot holds it as `slot.spec`).
+
+    What it holds: the request's drafter, its block B and path selector (None: the drafter proposes
+    its own path), the costs its path lengths are priced with (None: a fixed block drafts B-1 every
+    step), running estimates of acceptance per path position and of one draft call's cost, seeded
+    from the drafter's record here, the probe schedule that keeps a benched drafter's estimates
+    honest, and the request's stats. At temperature > 0 it also holds the target's distribution and
+    the request's own RNG, which acceptance and the sampling walk draw from.
+    What it decides: the path length of each step (`plan_path`; `path_len` is the priced choice
+    alone) and, in auto mode, when its drafter is retired for the rest of the request.
+    When it ends (`free`), what it learned is pooled into the drafter's record."""
+
     def __init__(self, params: SpecParams, drafter: Drafter, block: int, n_ctx: int,
                  costs: CostModel | None = None, selector: str | None = None,
                  record: DrafterRecord | None = None, dist: TargetDistribution | None = None,
@@ -155,6 +167,7 @@ class SpecState:
         self.block = block  # B: anchor + B-1 drafted slots (the most; the chooser may draft fewer)
         self.n_ctx = n_ctx
         self.costs = costs  # None: always draft the whole block (a fixed `block` was asked for)
+        self.selector = selector  # the DFlash 2 path selector; None: the drafter proposes its own path
         self.stats = SpecStats(mode=drafter.name, selector=selector)
         self.record = record if record is not None else DrafterRecord()
         # Running estimate of P(position i accepted | positions < i accepted), for choosing T.
@@ -194,10 +207,10 @@ class SpecState:
 
     def path_len(self, slot, available: int | None = None, batch: StepBatch | None = None,
                  sources: list[str | None] | None = None) -> int:
-        """Path tokens to draft this step (of the `available` a free drafter already offers, whose
-        tokens came from `sources`), priced on the step's `batch` (None: this sequence alone): 0
-        means decode plainly."""
-        t_max = self.path_cap(slot) if available is None else min(self.path_cap(slot), available)
+        """The priced path length this step (of the `available` a free drafter already offers, whose
+        tokens came from `sources`), on the step's `batch` (None: this sequence alone); 0 means decode
+        plainly. Pure: `plan_path` is the step's choice, probes included."""
+        t_max = self._t_max(slot, available)
         if t_max <= 0:
             return 0
         if self.costs is None:
@@ -205,14 +218,26 @@ class SpecState:
         if not self.costs.ready:  # the first decodes of a fresh install: timed plainly, then priced
             return 0
         batch = batch or StepBatch({slot.seq_id: 1})
-        t = choose_path_len(self.rates(sources), t_max, self.costs, self.draft_ms, batch, slot.seq_id)
+        return choose_path_len(self.rates(sources), t_max, self.costs, self.draft_ms, batch, slot.seq_id)
+
+    def plan_path(self, slot, available: int | None = None, batch: StepBatch | None = None,
+                  sources: list[str | None] | None = None) -> int:
+        """This step's path length: the priced one (`path_len`), or, after a run of plain steps the
+        chooser priced, a one-token probe (the cheapest verify there is), which keeps the estimates honest."""
+        t = self.path_len(slot, available, batch, sources)
+        if self._t_max(slot, available) <= 0 or self.costs is None or not self.costs.ready:
+            return t  # not the chooser's pick: the cap, or plain before any decode was timed
         self._probing = False
         if t == 0:
             self._plain_run += 1
-            if self._plain_run >= max(self.probe_every, self._probe_floor(batch, slot.seq_id)):
-                self._plain_run, self._probing = 0, True  # a cheap probe keeps the estimates honest
-                return 1  # the cheapest verify there is: one drafted token
+            if self._plain_run >= max(self.probe_every, self._probe_floor(batch or StepBatch({slot.seq_id: 1}),
+                                                                          slot.seq_id)):
+                self._plain_run, self._probing = 0, True
+                return 1
         return t
+
+    def _t_max(self, slot, available: int | None) -> int:
+        return self.path_cap(slot) if available is None else min(self.path_cap(slot), available)
 
     def _probe_floor(self, batch: StepBatch, seq_id: int) -> int:
         """Plain steps between probes so that probes that miss cost at most PROBE_BUDGET of the

@@ -134,8 +134,8 @@ def run(home: str | None = None, port: int | None = None, model: str | None = No
 
     from engine.hardware import report
 
-    from .. import shutdown
-    from ..app import create_app
+    from ..http import shutdown
+    from ..http.app import create_app
     from . import window as app_window  # `window` is this function's flag
 
     settings = Settings(**{k: v for k, v in {"home": home, "model": model}.items() if v is not None})

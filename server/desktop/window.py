@@ -19,7 +19,7 @@ import webbrowser
 from pathlib import Path
 from typing import Callable
 
-from ..ui_files import UI_DIR
+from ..http.ui_files import UI_DIR
 
 POLL_MS = 200  # how often Tk hands control back to Python: signals, and whether the server still runs
 

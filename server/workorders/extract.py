@@ -7,7 +7,7 @@ turns the finished completion into the result, its validity, the field confidenc
 review. Shared by the API route and bench/workorders.py, so the benchmark measures exactly
 what users get.
 
-With a backend (server/remote.py) the request is a chat with the schema as `response_format`:
+With a backend (server/runtime/backend.py) the request is a chat with the schema as `response_format`:
 the backend renders, counts and fits the prompt, and enforces the schema with its own guided
 decoding. What needs the model here is reported in `Outcome.unavailable`, never faked.
 """
@@ -24,13 +24,13 @@ from engine import (ChatPrompt, Completion, ContextLengthExceeded, Engine, Gener
 from engine.grammar import copy
 from engine.speculative.params import SpecParams
 
-from ..openai_format import structured
+from ..http.openai_format import structured
 from . import dates, prompt
 from .review import Review, review, without_repeats
 from .spans import copied_from, field_confidence
 from .templates import Template
 
-# What a parse through a backend cannot give (server/remote.py), by the name the response lists it under
+# What a parse through a backend cannot give (server/runtime/backend.py), by the name the response lists it under
 NO_CLOSING = ("closing within max_tokens needs the model here: through a backend, an answer that reaches "
               "max_tokens is cut off (invalid, needs review) instead of closed early")
 NO_CONFIDENCE = "field confidence needs token probabilities, and the backend returned none"

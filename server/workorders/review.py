@@ -12,7 +12,7 @@ fields (`x-copy`) left empty.
 Checks read the message (the part the model read), never guess: "not found" means a person
 should look, not that the value is wrong.
 
-Not the extraction (prompt.py and the grammar) nor storage (server/audit.py).
+Not the extraction (prompt.py and the grammar) nor storage (server/stores/audit.py).
 """
 
 from __future__ import annotations

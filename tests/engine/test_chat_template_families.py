@@ -3,7 +3,7 @@
 Qwen3 (its thinking switch), Qwen3.5, Gemma 4 and Muse-Glimmer, each template read from the pinned
 llama-cpp-python sdist (tests/llama_templates.py). Every expected text is written here by hand from
 what the template says it produces; the whole prompt is compared, not a fragment. Messages are what
-the server hands the renderer (server/schemas.py: string content, every role as the request named it).
+the server hands the renderer (server/http/schemas.py: string content, every role as the request named it).
 Not a test of generation or of reading a model's answer: text in, text out.
 See test_chat_template_options.py for the catalog's template variables reaching a loaded engine.
 """

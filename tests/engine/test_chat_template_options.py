@@ -1,5 +1,5 @@
 """The catalog's chat-template variables reach the prompt: catalog entry -> the installed model's
-manifest -> server/runtime.py load_engine -> EngineConfig.chat_template_vars -> Engine.render_chat;
+manifest -> server/runtime/served.py load_engine -> EngineConfig.chat_template_vars -> Engine.render_chat;
 and a work-order parse closes a thinking template's block on any model, imported ones too.
 
 The model is tests/hub_models.py's tiny llama target carrying Qwen3's real template (read from the
@@ -18,7 +18,7 @@ from llama_templates import family_templates
 
 from engine.models.catalog import CATALOG
 from engine.models.store import ModelStore, no_progress
-from server.runtime import load_engine
+from server.runtime.served import load_engine
 from server.settings import Settings
 
 HI = [{"role": "user", "content": "Hi"}]

@@ -11,7 +11,7 @@ import time
 
 from conftest import TEST_CTX
 from engine import Engine, EngineConfig, SamplingParams
-from engine.speculative.costs import MAX_ROWS, MIN_SAMPLES, VERSION
+from engine.speculative.costs import CURVE_ROWS, MIN_SAMPLES, VERSION
 from engine.speculative.params import SpecParams
 from engine.stats import MEASURED_FILE, MeasuredSpeedup
 
@@ -45,7 +45,7 @@ def test_a_fresh_install_speculates_from_its_first_requests_and_keeps_what_it_le
     eng = Engine.load(model_path, config)
     try:
         bad = watch_decodes(eng)
-        assert eng.spec.cost_curve == "learning" and not eng.spec.costs.ready
+        assert eng.speculation.cost_curve == "learning" and not eng.speculation.costs.ready
         # Four requests at once, right after the load, then four one after another: none waits for a
         # measurement, each speculates once its first plain decodes have timed c(1).
         out: dict[int, object] = {}
@@ -59,10 +59,11 @@ def test_a_fresh_install_speculates_from_its_first_requests_and_keeps_what_it_le
         assert [out[i].tokens for i in range(4)] == plain and [c.tokens for c in after] == plain
         assert all(c.usage.speculation and c.usage.speculation.mode == "lookup" for c in after)
         assert sum(c.usage.speculation.verifies for c in after) > 0  # learned enough to verify
-        assert eng.spec.costs.ready and eng.spec.costs.cells.get((4, 4)), "the 4-stream decodes were timed"
+        costs = eng.speculation.costs
+        assert costs.ready and costs.cells.get((4, 4)), "the 4-stream decodes were timed"
 
-        assert eng.spec.curve_ready.wait(120), "the idle fill-in never finished"
-        assert eng.spec.cost_curve == "ready" and eng.spec.costs.missing() == []
+        assert eng.speculation.curve_ready.wait(120), "the idle fill-in never finished"
+        assert eng.speculation.cost_curve == "ready" and eng.speculation.costs.missing() == []
         assert bad == []
         assert eng.chat(ORDERS[0], sampling=GREEDY, max_tokens=32).tokens == plain[0]
     finally:
@@ -70,7 +71,7 @@ def test_a_fresh_install_speculates_from_its_first_requests_and_keeps_what_it_le
     kept = json.loads(cache.read_text("utf-8"))
     assert kept["version"] == VERSION and kept["n_threads"] == 2
     one = {r for r, b, ms in kept["cells"] if b == 1 and len(ms) >= MIN_SAMPLES and all(x > 0 for x in ms)}
-    assert one >= set(range(1, MAX_ROWS + 1))
+    assert one >= set(range(1, CURVE_ROWS + 1))
     # what speculation did for these answers is kept beside the model too (the catalog shows it): the
     # answers that could speculate, lookup's (no draft here), as of the close
     got = MeasuredSpeedup.load(measured)
@@ -79,7 +80,7 @@ def test_a_fresh_install_speculates_from_its_first_requests_and_keeps_what_it_le
 
     again = Engine.load(model_path, config)  # the next start reads what was learned: ready at once
     try:
-        assert again.spec.curve_ready.is_set() and again.spec.cost_curve == "ready"
+        assert again.speculation.curve_ready.is_set() and again.speculation.cost_curve == "ready"
         first = again.chat(ORDERS[1], sampling=GREEDY, max_tokens=32)
         assert first.tokens == plain[1] and first.usage.speculation.mode == "lookup"
     finally:

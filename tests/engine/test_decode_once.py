@@ -27,5 +27,5 @@ def test_an_exception_reaches_the_caller_as_it_was_raised():
 
 def test_the_engine_judges_exactness_off_its_callers_thread(engine):
     """The judge ran (its verdict is there) and no thread it ran on is still alive."""
-    assert engine.spec.exactness.why
+    assert engine.speculation.exactness.why
     assert not [t for t in threading.enumerate() if t.name == "flashdesk-decode-once"]

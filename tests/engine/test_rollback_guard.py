@@ -31,8 +31,9 @@ def no_tail_removal(monkeypatch):
 def test_a_memory_that_cannot_drop_a_tail_keeps_speculation_off(model_path, no_tail_removal):
     eng = Engine.load(model_path, EngineConfig(n_ctx=512, n_parallel=1))
     try:
-        assert not eng.spec.exactness.exact and not eng.spec.enabled
-        assert "cannot remove rejected tokens" in eng.spec.exactness.why and "plain speed" in eng.spec.exactness.why
+        assert not eng.speculation.exactness.exact and not eng.speculation.enabled
+        why = eng.speculation.exactness.why
+        assert "cannot remove rejected tokens" in why and "plain speed" in why
         prompt = "The order: 40 mugs, blue, printed with the shop logo. Deliver by Friday. Summary:"
         first = eng.complete(prompt, sampling=GREEDY, max_tokens=16)
         again = eng.complete(prompt + " Also", sampling=GREEDY, max_tokens=16)  # shares the first prompt

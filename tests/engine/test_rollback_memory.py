@@ -78,7 +78,7 @@ def test_without_snapshots_it_is_refused_and_no_setting_overrides(qwen35, monkey
                         lambda *a, **k: Exactness(False, "no rollback", possible=False))
     eng = Engine(Model(qwen35.path), EngineConfig(n_ctx=256, n_parallel=1, n_threads=2, spec_inexact=True))
     try:
-        assert not eng.spec.enabled  # spec_inexact accepts other numerics, never a broken rollback
+        assert not eng.speculation.enabled  # spec_inexact accepts other numerics, never a broken rollback
     finally:
         eng.close()
 

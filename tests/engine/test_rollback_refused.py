@@ -54,8 +54,8 @@ def test_it_is_kept_out_of_the_invariance_architectures():
 def test_speculation_is_refused_with_the_reason(target):
     eng = Engine.load(str(target), EngineConfig(**CONFIG))
     try:
-        assert eng.spec.exactness.exact is False and eng.spec.enabled is False
-        why = eng.spec.exactness.why
+        assert eng.speculation.exactness.exact is False and eng.speculation.enabled is False
+        why = eng.speculation.exactness.why
         assert "recurrent layers" in why and "snapshots" in why and "plain speed" in why, why
     finally:
         eng.close()
@@ -64,7 +64,7 @@ def test_speculation_is_refused_with_the_reason(target):
 def test_spec_inexact_cannot_turn_it_on(target):
     eng = Engine.load(str(target), EngineConfig(**CONFIG, spec_inexact=True))
     try:
-        assert eng.spec.enabled is False and eng.spec.exactness.exact is False
+        assert eng.speculation.enabled is False and eng.speculation.exactness.exact is False
     finally:
         eng.close()
 
@@ -91,7 +91,7 @@ def test_a_dflash_draft_loads_but_the_engine_answers_plainly(target, reference, 
                        selector_rank=8)
     eng = Engine.load(str(target), EngineConfig(**CONFIG, draft=str(draft)))
     try:
-        assert eng.spec.enabled is False
+        assert eng.speculation.enabled is False
         out = eng.complete(PROMPT, sampling=GREEDY, max_tokens=N)
         assert out.tokens == reference[PROMPT] and no_verifies(out)
     finally:

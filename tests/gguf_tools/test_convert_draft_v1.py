@@ -74,7 +74,7 @@ def test_plain_dflash_v1_converts_to_a_draft_that_runs_losslessly(v1_ckpt, cfg, 
     plain = [engine.chat(m, sampling=greedy, max_tokens=32).tokens for m in msgs]
     eng = Engine.load(model_path, EngineConfig(n_ctx=1024, n_parallel=2, n_threads=2, draft=str(r.path)))
     try:
-        assert eng.drafters["dflash"].kind == "dflash1", eng.spec.draft_error
+        assert eng.drafters["dflash"].kind == "dflash1", eng.speculation.draft_error
         got = [eng.chat(m, sampling=greedy, max_tokens=32, speculative=SpecParams(mode="dflash", block=4))
                for m in msgs]
     finally:

@@ -58,6 +58,6 @@ def test_dflash_drafts_fit_it(tiny, tmp_path, kind):
     write_random_draft(draft, path, seed=1, kind=kind, block_size=8, n_layer=1, **extra)
     eng = Engine.load(str(path), EngineConfig(n_ctx=512, n_parallel=2, n_threads=2, draft=str(draft)))
     try:
-        assert "dflash" in eng.drafters, eng.spec.draft_error
+        assert "dflash" in eng.drafters, eng.speculation.draft_error
     finally:
         eng.close()

@@ -1,4 +1,4 @@
-"""server/audit.py: the work-order audit trail. No model, no server: the SQLite file only.
+"""server/stores/audit.py: the work-order audit trail. No model, no server: the SQLite file only.
 
 Covers record/get/list/count and their filters, the CSV (BOM, formula guard) and JSONL
 exports, durability under kill -9 of a writing process, two writer threads, and the
@@ -21,7 +21,7 @@ from contextlib import closing
 import pytest
 
 from kill_child import kill_9_when
-from server.audit import AuditLog, AuditLogError, ParseRecord
+from server.stores.audit import AuditLog, AuditLogError, ParseRecord
 
 CHINESE = "台北市信義區 冷氣不冷，請於週五前派員維修。聯絡人：陳小姐 0912-345-678"
 
@@ -126,7 +126,7 @@ def test_export_csv_bom_and_formula_guard(log):
 
 
 def test_export_jsonl_pages_and_filters(log, monkeypatch):
-    monkeypatch.setattr("server.audit.EXPORT_PAGE", 3)  # several chunks, and page edges on ties
+    monkeypatch.setattr("server.stores.audit.EXPORT_PAGE", 3)  # several chunks, and page edges on ties
     ids = [log.record(entry(f"{CHINESE} {i}", needs_review=i % 2 == 0,
                             created_at="2024-05-01T00:00:00Z" if i < 4 else None)) for i in range(8)]
     chunks = list(log.export("jsonl"))
@@ -142,7 +142,7 @@ def test_export_jsonl_pages_and_filters(log, monkeypatch):
 
 CHILD = r"""
 import sys
-from server.audit import AuditLog, ParseRecord
+from server.stores.audit import AuditLog, ParseRecord
 log = AuditLog(sys.argv[1])
 i = 0
 while True:
@@ -232,7 +232,7 @@ def test_reopen_keeps_records_and_wal_mode(tmp_path):
 def test_a_version_1_log_gains_review_details(tmp_path):
     """A log written before review reasons carried codes opens, keeps its records (with no
     details) and stores details for new ones."""
-    from server import audit, sqlite_file
+    from server.stores import audit, sqlite_file
 
     path = tmp_path / "v1.db"
     old = sqlite_file.open_file(path, "audit log", audit.APPLICATION_ID, {1: audit.MIGRATIONS[1]}, AuditLogError)

@@ -24,10 +24,10 @@ from pydantic import ValidationError
 from backend_server import ALIAS, Backend
 from conftest import ThreadServer, free_port, wait_ready
 from server import flags
-from server.app import create_app
+from server.http.app import create_app
 from server.cli import parser
 from server.settings import Settings
-from server.upstream import chunk_parts, json_object_dialect, spec_figures
+from server.runtime.backend_wire import chunk_parts, json_object_dialect, spec_figures
 
 MSG = [{"role": "user", "content": "Name three things a print shop sells."}]
 # greedy, SmolLM2 writes past 900 tokens here (~15 s at one thread): still generating when the client hangs up

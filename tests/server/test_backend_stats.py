@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from conftest import ThreadServer, wait_ready
-from server.app import create_app
+from server.http.app import create_app
 from server.settings import Settings
-from server.speculation import backend_counters
+from server.runtime.speculation import backend_counters
 from vllm_standin import VllmStandin, prometheus
 
 
@@ -52,7 +52,7 @@ def test_health_and_system_carry_the_backends_own_counts(front):
                                         "acceptance": 0.62, "tau": 4.1}
     assert spec["backend"] is True and spec["exact"] is None  # still the backend's facts around them
     system = httpx.get(f"{front.base}/v1/system", timeout=30).json()["speculation"]
-    assert system == spec  # one spelling (server/speculation.py published)
+    assert system == spec  # one spelling (server/runtime/speculation.py published)
     text = httpx.get(f"{front.base}/metrics", timeout=10).text
     assert "flashdesk_backend_spec_accepted_tokens_total 930" in text
 

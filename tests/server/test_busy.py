@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from conftest import TEST_CTX, ThreadServer, linked_home, wait_ready
-from server.app import create_app
+from server.http.app import create_app
 from server.settings import Settings
 
 COUNTING = {"model": "smollm2", "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 1500, "temperature": 0}

@@ -1,7 +1,7 @@
-"""Tests of the chat history: ConversationStore (server/conversations.py) and its routes
-(server/routes/conversations.py) on a minimal FastAPI app. No model, no engine.
+"""Tests of the chat history: ConversationStore (server/stores/conversations.py) and its routes
+(server/http/routes/conversations.py) on a minimal FastAPI app. No model, no engine.
 
-What it is not: a test of the wiring in server/app.py (the lead wires the router there).
+What it is not: a test of the wiring in server/http/app.py (the lead wires the router there).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from server import errors
-from server.routes.conversations import router
-from server.conversations import (AUTO_TITLE_CHARS, MAX_CONTENT_BYTES, MAX_SETTINGS_BYTES, ConversationNotFound,
+from server.http import errors
+from server.http.routes.conversations import router
+from server.stores.conversations import (AUTO_TITLE_CHARS, MAX_CONTENT_BYTES, MAX_SETTINGS_BYTES, ConversationNotFound,
                                   ConversationStore, ConversationStoreError)
 
 

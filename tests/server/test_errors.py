@@ -1,4 +1,4 @@
-"""server/errors.py's table for the stores' errors, through the work-order trail's routes on a
+"""server/http/errors.py's table for the stores' errors, through the work-order trail's routes on a
 minimal FastAPI app: an audit log that could not be opened is a 503 with its reason, a bad
 filter a 400, on the list and the export alike. No model, no engine.
 
@@ -11,9 +11,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from server import errors
-from server.audit import AuditLog
-from server.routes.workorders import router
+from server.http import errors
+from server.stores.audit import AuditLog
+from server.http.routes.workorders import router
 
 
 def client(audit=None, audit_error=None) -> TestClient:

@@ -1,4 +1,4 @@
-"""Faults under the two SQLite stores (server/conversations.py, server/audit.py), in child processes.
+"""Faults under the two SQLite stores (server/stores/conversations.py, server/stores/audit.py), in child processes.
 
 Covers kill -9 of a process writing the chat history (every write it saw return is there after
 reopening; the file is intact and takes writes again) and a disk that fills up under either store:
@@ -23,12 +23,12 @@ import pytest
 
 from conftest import ROOT
 from kill_child import kill_9_when
-from server.audit import AuditLog, ParseRecord
-from server.conversations import ConversationStore
+from server.stores.audit import AuditLog, ParseRecord
+from server.stores.conversations import ConversationStore
 
 KILL_CHILD = r"""
 import sys
-from server.conversations import ConversationStore
+from server.stores.conversations import ConversationStore
 store = ConversationStore(sys.argv[1])
 i = 0
 while True:
@@ -84,7 +84,7 @@ TEXT = "冷氣不冷，請派員維修。" * 800  # ~24 KB of UTF-8 per write: t
 FULL_CHILD = r"""
 import json, resource, shutil, sys
 from pathlib import Path
-from server import errors
+from server.http import errors
 kind, disk, out, mode, text = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4], sys.argv[5]
 say = lambda *a: print(json.dumps(a, ensure_ascii=False), flush=True)
 (disk / "ballast").write_bytes(b"\1" * int(sys.argv[6]))
@@ -92,8 +92,8 @@ FSIZE = resource.RLIMIT_FSIZE
 if kind == "conversations":  # through the real routes and error table, as the browser UI writes
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
-    from server.conversations import ConversationStore
-    from server.routes.conversations import router
+    from server.stores.conversations import ConversationStore
+    from server.http.routes.conversations import router
     name, opener = "conversations.sqlite3", ConversationStore
     app = FastAPI()
     errors.install(app)
@@ -106,8 +106,8 @@ if kind == "conversations":  # through the real routes and error table, as the b
     def write(i):
         r = client.post(f"/v1/conversations/{cid}/messages", json={"role": "user", "content": f"{i} {text}"})
         return r.status_code, r.json()
-else:  # a parse's record; the route (server/routes/workorders.py) lets the error rise to this same table
-    from server.audit import AuditLog, ParseRecord
+else:  # a parse's record; the route (server/http/routes/workorders.py) lets the error rise to this same table
+    from server.stores.audit import AuditLog, ParseRecord
     name, opener = "workorders.sqlite3", AuditLog
     store = AuditLog(disk / name)
 

@@ -27,8 +27,8 @@ import pytest
 
 from conftest import TEST_CTX, ThreadServer, linked_home, wait_ready
 from fuzz_cases import CID, Case, cases
-from server.app import create_app
-from server.security import has_lone_surrogate
+from server.http.app import create_app
+from server.http.security import has_lone_surrogate
 from server.settings import Settings
 
 SEED = 20261203
@@ -263,7 +263,7 @@ def test_seeded_fuzz_gets_json_answers_and_reaches_the_engine(store, tmp_path):
 
 
 def test_a_lone_surrogate_is_found_escaped_or_raw():
-    """server/security.py's check, without a server: pairs pass, halves and their raw bytes do not."""
+    """server/http/security.py's check, without a server: pairs pass, halves and their raw bytes do not."""
     assert not has_lone_surrogate(json.dumps({"t": "🙂 請 \\ud800 \\\\udfff"}).encode())  # a pair, escaped text
     assert not has_lone_surrogate("🙂".encode()) and not has_lone_surrogate(b"\xc3\x28")  # not ours: JSON's 400
     for lone in ("\ud800", "\udfff", "a\ud83d", "\udbff\udbff", "\ude00\ud83d"):

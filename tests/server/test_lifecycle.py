@@ -13,8 +13,8 @@ import pytest
 from conftest import TEST_CTX, ThreadServer
 from engine import Engine, EngineConfig
 from engine.speculative.params import MODES
-from server.app import create_app
-from server.runtime import load_engine
+from server.http.app import create_app
+from server.runtime.served import load_engine
 from server.settings import Settings
 
 COUNTING = {"model": "smollm2", "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 1500, "temperature": 0}

@@ -11,9 +11,10 @@ from pydantic import ValidationError
 
 from engine import EngineConfig
 from engine.speculative.params import MAX_BLOCK, MODES, SELECTORS
-from server import flags, speculation
+from server import flags
+from server.runtime import speculation
 from server.cli import parser
-from server.schemas import Speculative
+from server.http.schemas import Speculative
 from server.settings import Settings
 
 # Every flag `flashdesk serve` had before its flags were generated, and the field it sets.

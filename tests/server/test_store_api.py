@@ -152,7 +152,8 @@ def test_system_says_cpu_in_plain_words(srv):
     assert s["llama_cpp_version"] == "0.3.36"
     assert s["speculation"]["exact"] is True and s["speculation"]["enabled"] is True
     health = get(srv, "/health").json()["speculation"]
-    assert s["speculation"].keys() == health.keys() and "exact_why" in health  # one spelling (server/speculation.py)
+    # one spelling (server/runtime/speculation.py)
+    assert s["speculation"].keys() == health.keys() and "exact_why" in health
     assert s["model"] == {"status": "ready", "name": "smollm2"}
 
 

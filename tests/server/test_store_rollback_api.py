@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ThreadServer
 from engine.models.store import ModelStore, no_progress
-from server.app import create_app
+from server.http.app import create_app
 from server.settings import Settings
 from tiny_gguf import write_arch_only, write_valid
 

@@ -20,9 +20,9 @@ import pytest
 
 from conftest import TEST_CTX, ThreadServer, linked_home
 from engine.stats import EngineStats
-from server.app import create_app
-from server.errors import APIError
-from server.runtime import Runtime
+from server.http.app import create_app
+from server.http.errors import APIError
+from server.runtime.served import Runtime
 from server.settings import Settings
 
 

@@ -113,7 +113,7 @@ def test_a_package_with_a_cuda_build_says_on_the_page_why_it_uses_the_processor(
 
 
 def test_a_graphics_card_exact_up_to_a_band_is_said_in_plain_words(tab):
-    """A patched GPU build measured exact up to 8 rows (server/speculation.py `max_rows`): the real
+    """A patched GPU build measured exact up to 8 rows (server/runtime/speculation.py `max_rows`): the real
     server's /health with those facts put in, as such a build's would be."""
     why = "this graphics-card build has flashdesk's batch-invariant patch, and verify batches of up to 8 rows ..."
 

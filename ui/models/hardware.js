@@ -83,10 +83,10 @@ function leadText(s, gpus, threadText) {
 
 /** Whether speculative decoding is on at all on this computer, for "Your computer". */
 function speculationFacts(health, system) {
-  // The same facts in both answers (server/speculation.py); /health is polled, so fresher.
+  // The same facts in both answers (server/runtime/speculation.py); /health is polled, so fresher.
   const sp = (health?.status === "ready" ? health.speculation : null) || system.speculation;
   if (!sp) return { text: t("models.speed_unknown"), cls: "muted", why: null };
-  // a graphics card exact only up to a band of rows (server/speculation.py); the processor's band (16) is wider
+  // a graphics card exact only up to a band of rows (server/runtime/speculation.py); the processor's band (16) is wider
   // than any verify flashdesk makes, so it goes unsaid there
   const measured = sp.enabled ? measuredText(sp.measured) : null;
   if (sp.enabled && sp.exact && sp.max_rows && system.backend && system.backend !== "cpu") {
@@ -97,7 +97,7 @@ function speculationFacts(health, system) {
   return { text: t("models.speed_off"), cls: "warn-text", why: sp.exact_why };
 }
 
-/** What the speed-up did here for recent answers (server/speculation.py `measured`), never a promise:
+/** What the speed-up did here for recent answers (server/runtime/speculation.py `measured`), never a promise:
  * a computer where checking guesses costs about what it wins says so. */
 function measuredText(m) {
   if (!m) return t("models.speed_measured_none");

@@ -141,7 +141,7 @@ def test_a_hostile_draft_is_refused_at_pull_and_the_model_stays(hub_env, files, 
 
 def test_the_pulled_pair_serves_losslessly(hub_env, files, tmp_path):
     """Greedy output through the pulled pair, loaded as `flashdesk serve` loads it, equals plain decoding."""
-    from server.runtime import load_engine
+    from server.runtime.served import load_engine
     from server.settings import Settings
 
     home = tmp_path / "home"
@@ -153,7 +153,7 @@ def test_the_pulled_pair_serves_losslessly(hub_env, files, tmp_path):
     for name in ("tiny2", "tiny1"):
         entry, eng = load_engine(Settings(home=str(home), model=name, ctx=512, parallel=2))
         try:
-            assert eng.spec.draft_error is None and "dflash" in eng.drafters
+            assert eng.speculation.draft_error is None and "dflash" in eng.drafters
             plain = [eng.complete(p, sampling=greedy, max_tokens=24, speculative=SpecParams(mode="off")).tokens
                      for p in prompts]
             hs = [eng.generate(p, sampling=greedy, max_tokens=24, speculative=SpecParams(mode="dflash", block=4))

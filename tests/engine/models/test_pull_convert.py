@@ -118,7 +118,7 @@ def test_each_layout_is_fetched_verified_converted_and_paired(hub_env, files, tm
 
 def test_the_converted_pairs_serve_losslessly(hub_env, files, tmp_path):
     """Greedy output through each converted pair, loaded as `flashdesk serve` loads it, equals plain decoding."""
-    from server.runtime import load_engine
+    from server.runtime.served import load_engine
     from server.settings import Settings
 
     home = tmp_path / "home"
@@ -130,7 +130,7 @@ def test_the_converted_pairs_serve_losslessly(hub_env, files, tmp_path):
     for key in LAYOUTS:
         _, eng = load_engine(Settings(home=str(home), model=key, ctx=512, parallel=2))
         try:
-            assert eng.spec.draft_error is None and "dflash" in eng.drafters
+            assert eng.speculation.draft_error is None and "dflash" in eng.drafters
             plain = [eng.complete(p, sampling=greedy, max_tokens=16, speculative=SpecParams(mode="off")).tokens
                      for p in prompts]
             spec = [Completion.collect(iter(eng.generate(p, sampling=greedy, max_tokens=16,
@@ -287,10 +287,10 @@ def test_a_converted_draft_gets_the_hostile_draft_checks(hub_env, files, tmp_pat
 
 
 def test_the_models_page_lists_a_checkpoint_draft_with_its_files(hub_env, files, tmp_path):
-    """GET /v1/store/models's catalog entry (server/routes/store.py): the repository, revision and each
+    """GET /v1/store/models's catalog entry (server/http/routes/store.py): the repository, revision and each
     pinned file, said to be converted here, and counted as a draft the entry has."""
     from engine.models import tiers
-    from server.routes.store import catalog_json
+    from server.http.routes.store import catalog_json
 
     home = tmp_path / "home"
     entry(home, "tiny", hub_env, files, "spec2")

@@ -51,7 +51,7 @@ class Tiny:
             write_random_draft(draft, self.path, seed=3, kind=kind, block_size=8, n_layer=1, **extra)
             # the drafters a test gives a path or the plain answers join before the engine starts
             self.engines[kind] = self._load((FixedPathDrafter([]),), draft=str(draft))
-            assert "dflash" in self.engines[kind].drafters, self.engines[kind].spec.draft_error
+            assert "dflash" in self.engines[kind].drafters, self.engines[kind].speculation.draft_error
         self.engines["plain"] = self._load((OracleDrafter([]),), spec_mode="off")
 
     def _load(self, drafters, **kw) -> Engine:
@@ -130,7 +130,7 @@ def assert_same(plain: dict, got: dict[str, Completion], what: str, verified: bo
 def test_speculation_is_possible_on_it(tiny):
     for kind in ("dflash2", "dflash1"):
         eng = tiny.engines[kind]
-        assert eng.spec.exactness.exact and eng.spec.enabled, eng.spec.exactness.why
+        assert eng.speculation.exactness.exact and eng.speculation.enabled, eng.speculation.exactness.why
 
 
 @pytest.mark.parametrize("block", [2, 4, 8])

@@ -43,7 +43,7 @@ def banded(model_path):
 
     eng.ctx.decode = recording
     try:
-        assert eng.spec.curve_ready.wait(120), "the verify-cost curve was not measured"
+        assert eng.speculation.curve_ready.wait(120), "the verify-cost curve was not measured"
         yield eng, decodes
     finally:
         eng.close()
@@ -52,9 +52,10 @@ def banded(model_path):
 
 def test_the_judge_measures_the_band_and_the_engine_keeps_to_it(banded):
     eng, _ = banded
-    assert eng.spec.exactness.exact and eng.spec.enabled, eng.spec.exactness.why
-    assert eng.spec.exactness.max_rows == BAND and eng.spec.policy.max_block == BAND
-    assert f"up to {BAND} rows" in eng.spec.exactness.why and "batch-invariant patch" in eng.spec.exactness.why
+    assert eng.speculation.exactness.exact and eng.speculation.enabled, eng.speculation.exactness.why
+    assert eng.speculation.exactness.max_rows == BAND and eng.speculation.policy.max_block == BAND
+    why = eng.speculation.exactness.why
+    assert f"up to {BAND} rows" in why and "batch-invariant patch" in why
 
 
 def test_banded_steps_are_exact_and_keep_to_the_band(banded):

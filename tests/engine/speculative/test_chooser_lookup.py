@@ -87,20 +87,20 @@ def test_failed_probes_back_off_and_auto_retires():
     st = SpecState(SpecParams(mode="auto"), PromptLookupDrafter(), 8, 4096, GPU, record=DrafterRecord(prior=0.0))
     probes = []
     for step in range(400):
-        t = st.path_len(_Slot)
+        t = st.plan_path(_Slot)
         if t:
             probes.append(step)
             st.observe_acceptance(t, 0)  # every probe misses
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert gaps == sorted(gaps) and gaps[-1] > gaps[0]  # backing off
-    assert st.retired and st.path_len(_Slot) == 0  # auto gave up on a useless drafter
+    assert st.retired and st.plan_path(_Slot) == 0  # auto gave up on a useless drafter
 
 
 def next_probe(st, most: int = 1000) -> int:
     """Plain steps until `st` probes again; a state that stopped probing fails here instead of
     spinning until the suite's timeout (the longest gap these tests expect is 64 steps)."""
     for step in range(most):
-        if st.path_len(_Slot):
+        if st.plan_path(_Slot):
             return step
     raise AssertionError(f"no probe in {most} steps (probe_every {st.probe_every}, retired {st.retired})")
 
@@ -128,7 +128,7 @@ def test_probes_of_a_costly_drafter_are_rare():
     rec = DrafterRecord(prior=0.0)
     rec.draft_ms = 14.0
     st = SpecState(SpecParams(mode="dflash"), PromptLookupDrafter(), 8, 4096, CPU, record=rec)
-    probes = [step for step in range(2000) if st.path_len(_Slot)]
+    probes = [step for step in range(2000) if st.plan_path(_Slot)]
     assert probes, "it must still probe now and then"
     gap = probes[0] + 1
     extra = CPU.cost(2) - CPU.cost(1) + 14.0
@@ -141,15 +141,15 @@ def test_the_next_request_starts_from_what_the_last_one_learned():
 
     rec = DrafterRecord(prior=0.95)  # optimistic prior: the first request speculates at once
     first = SpecState(SpecParams(mode="auto"), PromptLookupDrafter(), 8, 4096, CPU, record=rec)
-    assert first.path_len(_Slot) > 0
+    assert first.plan_path(_Slot) > 0
     for _ in range(300):  # a drafter that never hits (a few verifies, then probes)
-        t = first.path_len(_Slot)
+        t = first.plan_path(_Slot)
         if t:
             first.stats.record(t, 0)
             first.observe_acceptance(t, 0)
     first.free()
     second = SpecState(SpecParams(mode="auto"), PromptLookupDrafter(), 8, 4096, CPU, record=rec)
-    assert second.accept_rate[0] < 0.3 and second.path_len(_Slot) == 0  # plain from the first step
+    assert second.accept_rate[0] < 0.3 and second.plan_path(_Slot) == 0  # plain from the first step
 
 
 def test_a_drafter_that_never_hits_is_marked_useless():
@@ -179,10 +179,8 @@ def test_auto_adds_the_draft_to_the_spans_only_while_it_pays():
         def __init__(self, name):
             self.name = name
 
-    policy = Policy(mode="auto", selector="walk", block=8, n_ctx=4096, n_vocab=100)
-    for name in ("grammar+lookup", "grammar+lookup+dflash"):
-        policy.add(Named(name))
-    policy.costs = CPU
+    named = {name: Named(name) for name in ("grammar+lookup", "grammar+lookup+dflash")}
+    policy = Policy(named, CPU, mode="auto", selector="walk", block=8, n_ctx=4096, n_vocab=100)
     assert policy._draft_adds() == (True, True)  # not tried yet: it is, on trial
     spans, mixed = policy.records["grammar+lookup"], policy.records["grammar+lookup+dflash"]
     for rec, draft_ms in ((spans, 0.0), (mixed, 6.0)):  # the same acceptance; the draft's call costs 6 ms
@@ -224,9 +222,7 @@ def test_a_draft_whose_upkeep_costs_more_than_its_paths_win_leaves_auto_to_looku
         def __init__(self, name):
             self.name = name
 
-    policy = Policy(mode="auto", selector="walk", block=8, n_ctx=4096, n_vocab=100)
-    policy.add(Named("dflash"))
-    policy.costs = CPU
+    policy = Policy({"dflash": Named("dflash")}, CPU, mode="auto", selector="walk", block=8, n_ctx=4096, n_vocab=100)
     rec = policy.records["dflash"]
     rec.draft_ms = 8.0
     assert rec.trials[0] < EXPLORE_TRIALS and policy.auto_drafter() == ("dflash", True)  # not tried yet
@@ -253,10 +249,8 @@ def test_auto_follows_what_its_requests_measured():
             rec.gain.add(SpecStats(committed=10, plain_steps=10, plain_ms=100.0, verify_ms=200.0 / speedup - 100.0),
                          10.0)
 
-    policy = Policy(mode="auto", selector="walk", block=8, n_ctx=4096, n_vocab=100)
-    for name in ("dflash", "lookup"):
-        policy.add(Named(name))
-    policy.costs = CPU
+    policy = Policy({name: Named(name) for name in ("dflash", "lookup")}, CPU,
+                    mode="auto", selector="walk", block=8, n_ctx=4096, n_vocab=100)
     draft, lookup = policy.records["dflash"], policy.records["lookup"]
     draft.hits, draft.trials, draft.draft_ms, draft.upkeep_ms = [99.0] * 15, [100.0] * 15, 1.0, 0.1
     assert policy.auto_drafter()[0] == "dflash"  # its estimate pays, nothing measured against it

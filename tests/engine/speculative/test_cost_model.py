@@ -7,7 +7,7 @@ import json
 import random
 
 from engine.speculative.chooser import StepBatch, choose_path_len
-from engine.speculative.costs import MAX_ROWS, MIN_SAMPLES, STALE_S, WINDOW, CostModel, ubatches
+from engine.speculative.costs import CURVE_ROWS, MIN_SAMPLES, STALE_S, WINDOW, CostModel, ubatches
 
 
 class Clock:
@@ -30,11 +30,11 @@ def noisy(ms: float, rng: random.Random) -> float:
 
 def test_nothing_is_priced_before_a_decode_is_timed_and_c1_comes_first():
     model = CostModel(2)
-    assert not model.ready and model.missing() == list(range(1, MAX_ROWS + 1))
+    assert not model.ready and model.missing() == list(range(1, CURVE_ROWS + 1))
     for _ in range(MIN_SAMPLES):
         model.observe(1, 1, 7.0)
     assert model.ready and model.cost(1) == 7.0
-    assert model.missing() == list(range(2, MAX_ROWS + 1))
+    assert model.missing() == list(range(2, CURVE_ROWS + 1))
     model.observe(0, 1, 5.0)  # an empty decode, or a broken clock: not a sample
     model.observe(3, 1, 0.0)
     assert model.cells.keys() == {(1, 1)}
@@ -43,9 +43,9 @@ def test_nothing_is_priced_before_a_decode_is_timed_and_c1_comes_first():
 def test_medians_shrug_off_noise_and_outliers():
     rng, model = random.Random(7), CostModel(2)
     for _ in range(200):
-        k = rng.randint(1, MAX_ROWS)
+        k = rng.randint(1, CURVE_ROWS)
         model.observe(k, 1, noisy(truth(k), rng))
-    for k in range(1, MAX_ROWS + 1):
+    for k in range(1, CURVE_ROWS + 1):
         assert truth(k) <= model.cost(k) <= 1.06 * truth(k)
     assert model.curve() == sorted(model.curve())  # more rows never cost less
 
@@ -88,7 +88,7 @@ def test_a_batch_of_several_sequences_is_priced_from_its_own_decodes_and_the_cur
     timed too. Nothing decodes into other streams' sequences to learn it."""
     model = CostModel(2)
     for _ in range(MIN_SAMPLES):
-        for k in range(1, MAX_ROWS + 1):
+        for k in range(1, CURVE_ROWS + 1):
             model.observe(k, 1, truth(k))
         model.observe(4, 4, truth(4, 4))
     assert model.cost(4, 4) == truth(4, 4)
@@ -115,7 +115,7 @@ def test_company_makes_paths_pay_less():
     model = CostModel(2)
     for _ in range(MIN_SAMPLES):
         for s in (1, 4):
-            for r in range(s, MAX_ROWS + 1):
+            for r in range(s, CURVE_ROWS + 1):
                 model.observe(r, s, truth(r, s, per_row=2.0))
     rates = [0.95] * 7
     alone = choose_path_len(rates, 7, model)
@@ -176,14 +176,14 @@ def test_rows_nobody_timed_for_long_are_measured_again():
     clock = Clock()
     model = CostModel(2, clock=clock)
     for _ in range(MIN_SAMPLES):
-        for k in range(1, MAX_ROWS + 1):
+        for k in range(1, CURVE_ROWS + 1):
             model.observe(k, 1, truth(k))
     assert model.missing() == []
     clock.t += STALE_S / 2
     for _ in range(MIN_SAMPLES):
         model.observe(1, 1, truth(1))  # traffic keeps c(1) fresh
     clock.t += STALE_S / 2 + 1
-    assert model.missing() == list(range(2, MAX_ROWS + 1))
+    assert model.missing() == list(range(2, CURVE_ROWS + 1))
     assert model.cost(5) == truth(5)  # stale cells still price until measured again
 
 
@@ -201,7 +201,7 @@ def test_kept_per_thread_count_and_build(tmp_path):
     assert (12, 1) not in again.cells
     assert not CostModel.load(path, 4, "abc").cells  # another thread count
     assert not CostModel.load(path, 2, "def").cells  # another llama.cpp build: its kernels cost otherwise
-    path.write_text(json.dumps({"n_threads": 2, "verify_ms": [0.0] + [1.0] * MAX_ROWS, "batch_ms": []}), "utf-8")
+    path.write_text(json.dumps({"n_threads": 2, "verify_ms": [0.0] + [1.0] * CURVE_ROWS, "batch_ms": []}), "utf-8")
     assert not CostModel.load(path, 2, "").cells  # a curve from before the learned model
     path.write_text("{not json", "utf-8")
     assert not CostModel.load(path, 2, "abc").cells

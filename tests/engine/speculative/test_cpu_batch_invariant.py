@@ -108,7 +108,7 @@ def run(eng: Engine, spec: SpecParams, grammar: str | None, concurrent: bool) ->
 @pytest.mark.parametrize("concurrent", [False, True], ids=["1seq", "4seq"])
 def test_greedy_speculation_on_the_q4_k_m_model_is_lossless(kquant_engine, mode, grammar, concurrent):
     eng = kquant_engine
-    assert eng.spec.exactness.exact and eng.spec.exactness.max_rows == BAND, eng.spec.exactness.why
+    assert eng.speculation.exactness.exact and eng.speculation.exactness.max_rows == BAND, eng.speculation.exactness.why
     plain = run(eng, SpecParams(mode="off"), grammar, concurrent=False)
     got = run(eng, SpecParams(mode=mode, block=8), grammar, concurrent)
     bad = {k: next((i for i, (a, b) in enumerate(zip(plain[k], t)) if a != b), min(len(plain[k]), len(t)))
@@ -124,7 +124,7 @@ def test_prompts_are_cut_at_fixed_positions_on_the_q4_k_m_model(kquant_engine):
     chunks = kquant_engine.chunks
     assert chunks.aligned and chunks.size == CHUNK, chunks.why
     assert "depend on the decode they are in" in chunks.why
-    facts = kquant_engine.speculation()
+    facts = kquant_engine.speculation_facts()
     assert facts.prompt_chunk == CHUNK and facts.prompt_why == chunks.why
 
 

@@ -69,7 +69,7 @@ def test_dflash_is_lossless_1seq(draft_engine, prompts, plain):
 
 
 def test_auto_mode_is_lossless_and_reports(draft_engine, prompts, plain):
-    draft_engine.spec.policy.records["dflash"] = DrafterRecord()  # untried: auto gives the draft its chance
+    draft_engine.speculation.policy.records["dflash"] = DrafterRecord()  # untried: auto gives the draft its chance
     got = run(draft_engine, prompts, SpecParams(mode="auto"), concurrent=True)
     assert {k: c.tokens for k, c in got.items()} == plain
     modes = [got[p["id"]].usage.speculation.mode for p in prompts]
@@ -81,10 +81,10 @@ def test_auto_leaves_a_useless_draft_for_lookup(draft_engine, prompts, plain):
     """A random draft is (almost) never accepted: once its record shows it, auto speculates
     with prompt lookup instead, still losslessly."""
     run(draft_engine, prompts, SpecParams(mode="dflash", block=8), concurrent=True)
-    assert draft_engine.spec.policy.records["dflash"].useless()
+    assert draft_engine.speculation.policy.records["dflash"].useless()
     # what lookup measured on this module's earlier requests is not the point here: auto would leave it
     # for plain decoding where it measured slower (test_chooser_lookup.py)
-    draft_engine.spec.policy.records["lookup"].gain = MeasuredGain()
+    draft_engine.speculation.policy.records["lookup"].gain = MeasuredGain()
     got = run(draft_engine, prompts, SpecParams(mode="auto"), concurrent=True)
     assert {k: c.tokens for k, c in got.items()} == plain
     assert all(c.usage.speculation.mode == "lookup" for c in got.values())
@@ -98,7 +98,7 @@ def test_a_sliding_window_draft_is_lossless_across_rollbacks(tmp_path, model_pat
     write_random_draft(draft, model_path, seed=5, sliding_window=8, logit_scale=0.5, final_logit_softcapping=10.0)
     eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=4, n_threads=2, draft=str(draft)))
     try:
-        assert "dflash" in eng.drafters, eng.spec.draft_error
+        assert "dflash" in eng.drafters, eng.speculation.draft_error
         got = run(eng, prompts, SpecParams(mode="dflash", block=4), concurrent=True)
         assert {k: c.tokens for k, c in got.items()} == plain
         assert all(c.usage.speculation.verifies > 5 for c in got.values())

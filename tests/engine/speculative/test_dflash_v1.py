@@ -71,7 +71,7 @@ def test_dflash1_is_lossless_1seq_and_a_selector_does_not_apply(v1_engine, promp
 
 
 def test_auto_mode_with_a_dflash1_draft_is_lossless(v1_engine, prompts, plain):
-    v1_engine.spec.policy.records["dflash"] = DrafterRecord()  # untried: auto gives the draft its chance
+    v1_engine.speculation.policy.records["dflash"] = DrafterRecord()  # untried: auto gives the draft its chance
     got = run(v1_engine, prompts, SpecParams(mode="auto"), concurrent=True)
     assert {k: c.tokens for k, c in got.items()} == plain
     modes = [got[p["id"]].usage.speculation.mode for p in prompts]
@@ -162,7 +162,7 @@ def test_an_engine_with_a_refused_draft_runs_without_it(tmp_path, model_path):
     eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=1, n_threads=2,
                                                draft=str(tmp_path / "deep.gguf")))
     try:
-        assert "dflash" not in eng.drafters and "30 layers" in eng.spec.draft_error
+        assert "dflash" not in eng.drafters and "30 layers" in eng.speculation.draft_error
     finally:
         eng.close()
 

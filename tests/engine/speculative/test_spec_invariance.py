@@ -12,7 +12,7 @@ import pytest
 from conftest import TEST_CTX, dev_prompts
 from engine import Completion, Engine, EngineConfig, SamplingParams
 from engine.llama import ggml
-from engine.speculative.costs import MAX_ROWS, SEQ_BUCKETS, WINDOW, CostModel
+from engine.speculative.costs import CURVE_ROWS, SEQ_BUCKETS, WINDOW, CostModel
 from engine.speculative.drafters.base import Proposal, SeqView
 from engine.speculative.params import SpecParams
 from engine.speculative.drafters.base import Drafter
@@ -122,8 +122,8 @@ def test_partial_acceptance_and_rollback_at_every_position(oracle_engine, prompt
 def test_llama_build_is_batch_invariant(engine):
     """Measured at load: verify batches of 2..16 rows give the single-token logits bit for bit
     (llamafile's sgemm breaks that; scripts/setup.sh builds without it). CUDA does not."""
-    assert engine.spec.exactness.exact, f"{engine.spec.exactness.why} (run scripts/setup.sh)"
-    assert engine.spec.enabled and "bit-identical" in engine.spec.exactness.why
+    assert engine.speculation.exactness.exact, f"{engine.speculation.exactness.why} (run scripts/setup.sh)"
+    assert engine.speculation.enabled and "bit-identical" in engine.speculation.exactness.why
 
 
 def test_exactness_probe_leaves_the_context_as_it_found_it(model_path):
@@ -196,7 +196,7 @@ def auto_engine(model_path, prompts, tmp_path_factory):
     cache = tmp_path_factory.mktemp("auto") / "verify-cost.json"
     curve = CostModel(2, ggml.build_id())
     for _ in range(WINDOW):
-        for rows in range(1, MAX_ROWS + 1):
+        for rows in range(1, CURVE_ROWS + 1):
             curve.observe(rows, 1, 1000.0)  # flat: a path's rows in a ubatch of their own cost one c(1)
             for seqs in SEQ_BUCKETS[1:]:
                 curve.observe(rows, seqs, 100_000.0)  # the shared step: a path's c(1) adds 1% to it
@@ -204,8 +204,9 @@ def auto_engine(model_path, prompts, tmp_path_factory):
     assert len(prompts) <= 16
     eng = Engine.load(model_path, EngineConfig(n_ctx=TEST_CTX, n_parallel=16, n_threads=2, cost_cache=str(cache)))
     try:
-        assert eng.spec.curve_ready.is_set() and eng.spec.costs.cost(1) == 1000.0, "the fixed curve was not loaded"
-        eng.spec.costs.observe = lambda rows, seqs, ms: None  # the curve stays fixed: decodes teach it nothing
+        sp = eng.speculation
+        assert sp.curve_ready.is_set() and sp.costs.cost(1) == 1000.0, "the fixed curve was not loaded"
+        eng.speculation.costs.observe = lambda rows, seqs, ms: None  # the curve stays fixed: decodes teach it nothing
         yield eng
     finally:
         eng.close()

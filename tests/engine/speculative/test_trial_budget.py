@@ -13,6 +13,7 @@ for _ in range(MIN_SAMPLES):
     for k in range(1, 17):
         CPU.observe(k, 1, 7.0 + 3.3 * (k - 1))
 C1 = CPU.cost(1)
+SETTINGS = dict(mode="auto", selector="walk", block=8, n_ctx=4096, n_vocab=100)  # a policy's, bar drafters and costs
 
 
 class Named:
@@ -66,10 +67,7 @@ def test_trials_may_lose_only_a_share_of_the_time_served():
 
 
 def test_auto_tries_an_untried_draft_only_while_the_budget_allows():
-    policy = Policy(mode="auto", selector="walk", block=8, n_ctx=4096, n_vocab=100)
-    for name in ("dflash", "lookup"):
-        policy.add(Named(name))
-    policy.costs = CPU
+    policy = Policy({name: Named(name) for name in ("dflash", "lookup")}, CPU, **SETTINGS)
     assert policy.auto_drafter() == ("dflash", True)
     policy.budget.add(answered(100, 1.5), C1, trial=True)  # the trial lost: no second one for now
     assert policy.auto_drafter() == ("lookup", False)
@@ -83,9 +81,7 @@ def test_auto_tries_an_untried_draft_only_while_the_budget_allows():
 
 
 def test_the_budget_hears_of_every_auto_answer():
-    policy = Policy(mode="auto", selector="walk", block=8, n_ctx=4096, n_vocab=100)
-    policy.add(PromptLookupDrafter())
-    policy.costs, policy.enabled = CPU, True
+    policy = Policy({"lookup": PromptLookupDrafter()}, CPU, **SETTINGS)
 
     class Slot:
         cached, cached_drafter, seq_id = [], None, 0
@@ -104,9 +100,7 @@ def test_the_grammars_spans_are_never_retired_but_their_draft_trials_are_priced_
     st = SpecState(SpecParams(mode="auto"), Named("grammar+lookup+dflash"), 8, 4096, CPU)
     st.stats = answered(100, 2.0)
     assert not st.losing()  # retiring it would lose the forced spans too
-    policy = Policy(mode="auto", selector="walk", block=8, n_ctx=4096, n_vocab=100)
-    for name in ("grammar+lookup", "grammar+lookup+dflash"):
-        policy.add(Named(name))
+    policy = Policy({name: Named(name) for name in ("grammar+lookup", "grammar+lookup+dflash")}, CPU, **SETTINGS)
     assert policy._baseline("grammar+lookup+dflash") == 1.0  # the spans measured nothing yet: plain
     policy.records["grammar+lookup"].gain.add(answered(100, 0.5), C1)  # the spans alone: 2x plain
     assert policy._baseline("grammar+lookup+dflash") == 2.0

@@ -23,7 +23,7 @@ METRICS = {
 }
 
 
-# upstream.SPEC_COUNTERS and SPEC_GAUGES key -> (Prometheus name, type, help)
+# backend_wire.SPEC_COUNTERS and SPEC_GAUGES key -> (Prometheus name, type, help)
 BACKEND_SPEC = {
     "drafts": ("flashdesk_backend_spec_drafts_total", "counter",
                "The backend's speculative verify steps (its own count)."),

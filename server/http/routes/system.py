@@ -1,6 +1,6 @@
 """GET /v1/system: what hardware the model runs on (engine/hardware.py gathers the facts and
 a `reason` code the UI words in the reader's language), plus the served model and, once it
-is loaded, the same speculation facts as /health (server/speculation.py `published`); null while loading.
+is loaded, the same speculation facts as /health (server/runtime/speculation.py `published`); null while loading.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from engine.hardware import report
 from engine.models.store import ModelStore
 
-from .. import speculation
+from ...runtime import speculation
 
 router = APIRouter()
 

@@ -2,8 +2,8 @@
 server): the request body made from a `GenerationRequest`, the backend's errors as engine
 errors, and its Server-Sent Events read back as chunks.
 
-What this is not: the engine adapter that runs the requests (server/remote.py), or our own
-wire format (server/openai_format.py). Reference: OpenAI's chat and completions API, which
+What this is not: the engine adapter that runs the requests (server/runtime/backend.py), or our own
+wire format (server/http/openai_format.py). Reference: OpenAI's chat and completions API, which
 vLLM and SGLang follow, including `stream_options.include_usage` and the extra sampling
 fields `top_k` and `min_p`.
 """

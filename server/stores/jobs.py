@@ -23,7 +23,7 @@ from engine import EngineError
 from engine.errors import Cancelled
 from engine.models.store import InstalledModel, ProgressFactory
 
-from .errors import APIError
+from ..http.errors import APIError
 
 log = logging.getLogger("flashdesk.server")
 

@@ -1,7 +1,7 @@
 """The model store over HTTP, for the browser UI's Models page: list, pull, import,
 pair and unpair a draft, remove, and switch the model this server serves.
 
-Everything slow (pull, import, pair) runs as a job (server/jobs.py): 202 with the job,
+Everything slow (pull, import, pair) runs as a job (server/stores/jobs.py): 202 with the job,
 then `GET /v1/store/jobs/{id}` until it is done. engine/models/store.py does the work and
 knows nothing of HTTP; its errors become OpenAI-shaped errors in the job or the reply.
 Each installed model carries `rollback`: whether speculation can roll rejected tokens back on
@@ -30,8 +30,8 @@ from gguf_tools import GGUFFormatError, check_gguf
 from gguf_tools.rollback import rollback_plan
 
 from ..errors import APIError
-from ..jobs import Jobs
-from ..runtime import Runtime
+from ...stores.jobs import Jobs
+from ...runtime.served import Runtime
 
 router = APIRouter(prefix="/v1/store")
 
@@ -59,7 +59,7 @@ class ServeBody(_Strict):
 
 
 def jobs_of(app) -> Jobs:
-    return app.state.store_jobs  # created with the app (server/app.py)
+    return app.state.store_jobs  # created with the app (server/http/app.py)
 
 
 def _store(request: Request) -> ModelStore:

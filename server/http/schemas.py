@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from engine import GenerationRequest, SamplingParams
 from engine.speculative.params import MAX_BLOCK, SpecParams
 
-from .speculation import Mode, Selector
+from ..runtime.speculation import Mode, Selector
 
 MAX_STOP = 16
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-# Installed (the wheel, the app bundle), ui/ ships inside this package; a checkout keeps it beside it.
-_HERE = Path(__file__).resolve().parent
-UI_DIR = next((d for d in (_HERE / "ui", _HERE.parent / "ui") if (d / "index.html").is_file()), _HERE / "ui")
+# Installed (the wheel, the app bundle), ui/ ships inside the server package; a checkout keeps it beside it.
+_SERVER = Path(__file__).resolve().parents[1]
+UI_DIR = next((d for d in (_SERVER / "ui", _SERVER.parent / "ui") if (d / "index.html").is_file()), _SERVER / "ui")
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; "

@@ -18,9 +18,9 @@ from engine import EngineError
 from engine.grammar.schema import compile_response_format
 
 from .. import openai_format as fmt
-from ..bridge import collect, events_of, submit
+from ...runtime.bridge import collect, events_of, submit
 from ..errors import APIError, from_engine
-from ..runtime import Runtime
+from ...runtime.served import Runtime
 from ..schemas import ChatCompletionRequest, CompletionRequest
 
 router = APIRouter()

@@ -1,21 +1,21 @@
 """The chat history store of the browser UI: conversations and their messages in SQLite.
 
 What it is: `ConversationStore`, CRUD over two tables (conversations, messages) in one
-SQLite file (WAL, stdlib `sqlite3`), opened like the audit log by `server/sqlite_file.py`
+SQLite file (WAL, stdlib `sqlite3`), opened like the audit log by `server/stores/sqlite_file.py`
 (`synchronous=FULL`, application_id + user_version migrations, `ConversationStoreError`
 with a HINT for a file that is not ours), one connection behind a lock. Dict fields
 (settings, meta) are stored as JSON text with ensure_ascii=False so Chinese stays readable.
 
-What it is not: no HTTP (server/errors.py's table maps `ConversationNotFound` to 404,
+What it is not: no HTTP (server/http/errors.py's table maps `ConversationNotFound` to 404,
 `ConversationInputError` to 400, `ConversationWriteFailed` (a full or failing disk) to 507
 and `ConversationStoreError` to 503), no generation (the UI calls /v1/chat/completions
 itself and stores the answer with add_message), no users or permissions (one local user),
 no full-text index (`q` is a LIKE scan over titles and contents, fine for a desk's history).
 
-Durability and concurrency: as in server/audit.py; every write method is one transaction,
+Durability and concurrency: as in server/stores/audit.py; every write method is one transaction,
 fsynced before it returns. Blocking: call it from async code through `run_in_threadpool`.
 
-References: server/audit.py, https://www.sqlite.org/wal.html,
+References: server/stores/audit.py, https://www.sqlite.org/wal.html,
 https://www.sqlite.org/foreignkeys.html, https://www.sqlite.org/lang_expr.html#like
 """
 

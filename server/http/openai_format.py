@@ -24,7 +24,7 @@ def finish(reason: str | None) -> str | None:
 def usage(u: Usage | None) -> dict | None:
     if u is None:
         return None
-    counted = u.counted  # False: a backend that sent no token counts (server/remote.py): null, not 0
+    counted = u.counted  # False: a backend that sent no token counts (server/runtime/backend.py): null, not 0
     out = {
         "prompt_tokens": u.prompt_tokens if counted else None,
         "completion_tokens": u.completion_tokens if counted else None,

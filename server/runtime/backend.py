@@ -1,4 +1,4 @@
-"""The remote engine: the engine's interface (`submit(GenerationRequest)`, `StreamEvent`s to the
+"""The backend engine: the engine's interface (`submit(GenerationRequest)`, `StreamEvent`s to the
 request's sink) in front of an OpenAI-compatible backend, so the routes serve a vLLM or SGLang
 server exactly as they serve the local llama.cpp engine.
 
@@ -8,7 +8,7 @@ request (so a refused or unreachable backend is an HTTP status, not a broken str
 chunks flow to the sink. A cancelled request (the client hung up) is seen within WATCH_S and
 its backend request is closed, which is how vLLM, SGLang and llama.cpp learn to stop.
 
-What this is not: the wire format (server/upstream.py) or the settings (server/settings.py).
+What this is not: the wire format (server/runtime/backend_wire.py) or the settings (server/settings.py).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from engine.speculative.params import AUTO
 from engine.api import Capabilities
 from engine.stats import EngineStats, SpeculationFacts, Totals
 
-from . import upstream
-from .upstream import BackendFailed, BackendUnavailable, UnsupportedWithBackend
+from . import backend_wire
+from .backend_wire import BackendFailed, BackendUnavailable, UnsupportedWithBackend
 
 log = logging.getLogger("flashdesk.server")
 
@@ -41,20 +41,20 @@ class RemoteInfo:
     description: str
 
 
-class RemoteEngine:
+class BackendEngine:
     """A backend server as an engine (engine/api.py EngineAPI), through its OpenAI-compatible API."""
 
     # the backend's own tokens, no grammar here to close early; log-probabilities only where it sends them
     capabilities = Capabilities(close_within=False, logprobs=False, backend=True)
 
     def __init__(self, url: str, key: str | None = None):
-        self.url = upstream.base_url(url)
+        self.url = backend_wire.base_url(url)
         self.model_name = ""  # what resolve() chose
         self.n_ctx: int | None = None  # the backend's context length, where it says (vLLM does)
         self.info = RemoteInfo(f"the backend at {self.url}")
         self.totals = Totals()  # as Engine.totals
         # llama-cpp-python's server takes a schema only as {"type": "json_object", "schema": ...}; once it has
-        # refused OpenAI's json_schema, every schema is sent so (upstream.json_object_dialect)
+        # refused OpenAI's json_schema, every schema is sent so (backend_wire.json_object_dialect)
         self.json_object_schemas = False
         self._active: dict[int, tuple[GenerationRequest, asyncio.Task]] = {}
         self._stopping = False  # stop(): the server shuts down
@@ -66,7 +66,7 @@ class RemoteEngine:
         self._thread = threading.Thread(target=self._loop.run_forever, name="flashdesk-backend", daemon=True)
         self._thread.start()
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        timeout = httpx.Timeout(upstream.READ_TIMEOUT_S, connect=upstream.CONNECT_TIMEOUT_S)
+        timeout = httpx.Timeout(backend_wire.READ_TIMEOUT_S, connect=backend_wire.CONNECT_TIMEOUT_S)
         self._client = self._call(self._make_client(headers, timeout))
         self._watcher = asyncio.run_coroutine_threadsafe(self._watch(), self._loop)
 
@@ -95,12 +95,12 @@ class RemoteEngine:
         if self._stopping:
             raise EngineStopped("the server is shutting down")
         req.sampling.validate()
-        upstream.refuse_unsupported(req)
+        backend_wire.refuse_unsupported(req)
         if req.max_tokens is not None and req.max_tokens < 1:
             raise InvalidRequest("max_tokens must be at least 1", param="max_tokens")
         if req.sink is None:
             raise InvalidRequest("request has no sink")
-        path, body = upstream.request_body(req, self.model_name)
+        path, body = backend_wire.request_body(req, self.model_name)
         self._call(self._start(req, path, body))
         return req
 
@@ -142,7 +142,7 @@ class RemoteEngine:
     def stats(self) -> EngineStats:
         return EngineStats(active=len(self._active), queued=0, slots=None)  # the backend keeps its own queue
 
-    def speculation(self) -> SpeculationFacts:
+    def speculation_facts(self) -> SpeculationFacts:
         """A backend speculates by its own configuration, unseen from here (its counters: spec_figures)."""
         return SpeculationFacts([], AUTO, None, "speculation runs on the backend server, configured there", None,
                                 backend=True)
@@ -158,7 +158,7 @@ class RemoteEngine:
         return await self._await(self._models())
 
     async def spec_figures(self) -> dict | None:
-        """The backend's own speculation figures (upstream.spec_figures), None where it publishes none."""
+        """The backend's own speculation figures (backend_wire.spec_figures), None where it publishes none."""
         return await self._await(self._spec_figures())
 
     def stop(self) -> None:
@@ -183,13 +183,13 @@ class RemoteEngine:
     # -- on the engine's loop --------------------------------------------------------------
 
     async def _start(self, req: GenerationRequest, path: str, body: dict) -> None:
-        translated = upstream.json_object_dialect(body.get("response_format"))
+        translated = backend_wire.json_object_dialect(body.get("response_format"))
         if translated is not None and self.json_object_schemas:
             body = body | {"response_format": translated}
         try:
             resp = await self._send(path, body)
         except EngineError as e:
-            if translated is None or self.json_object_schemas or not upstream.refuses_json_schema(e):
+            if translated is None or self.json_object_schemas or not backend_wire.refuses_json_schema(e):
                 raise
             log.info("the backend at %s takes schemas as json_object: sending them so from now on", self.url)
             self.json_object_schemas = True
@@ -206,7 +206,7 @@ class RemoteEngine:
         if resp.status_code >= 400:
             text = (await resp.aread()).decode("utf-8", "replace")
             await resp.aclose()
-            raise upstream.error_for(resp.status_code, text, self.url)
+            raise backend_wire.error_for(resp.status_code, text, self.url)
         return resp
 
     async def _relay(self, req: GenerationRequest, resp: httpx.Response) -> None:
@@ -215,14 +215,14 @@ class RemoteEngine:
         try:
             try:
                 async for line in resp.aiter_lines():
-                    data = upstream.sse_data(line)
+                    data = backend_wire.sse_data(line)
                     if data is None:
                         continue
                     if data == "[DONE]":
                         break
                     chunk = json.loads(data)
                     got = chunk.get("usage") or got
-                    text, finished, tokens = upstream.chunk_parts(chunk)
+                    text, finished, tokens = backend_wire.chunk_parts(chunk)
                     reason = finished or reason
                     if text or tokens:
                         last = time.perf_counter()
@@ -263,11 +263,11 @@ class RemoteEngine:
 
     async def _models(self) -> list[dict]:
         try:
-            resp = await self._client.get(self.url + "/models", timeout=upstream.PROBE_TIMEOUT_S)
+            resp = await self._client.get(self.url + "/models", timeout=backend_wire.PROBE_TIMEOUT_S)
         except httpx.HTTPError as e:
             raise self._unreachable(e) from None
         if resp.status_code >= 400:
-            raise upstream.error_for(resp.status_code, resp.text, self.url)
+            raise backend_wire.error_for(resp.status_code, resp.text, self.url)
         try:
             data = resp.json()["data"]
             assert isinstance(data, list)
@@ -280,10 +280,10 @@ class RemoteEngine:
     async def _spec_figures(self) -> dict | None:
         root = self.url.removesuffix("/v1")  # Prometheus /metrics is at the server's root, beside /v1
         try:
-            resp = await self._client.get(root + "/metrics", timeout=upstream.PROBE_TIMEOUT_S)
+            resp = await self._client.get(root + "/metrics", timeout=backend_wire.PROBE_TIMEOUT_S)
         except httpx.HTTPError:
             return None  # /health says why the backend cannot be reached; /metrics just lacks its counters
-        return upstream.spec_figures(resp.text) if resp.status_code == 200 else None
+        return backend_wire.spec_figures(resp.text) if resp.status_code == 200 else None
 
     async def _probe(self) -> dict:
         state = {"url": self.url, "model": self.model_name}

@@ -14,18 +14,18 @@ from fastapi import FastAPI
 from engine.models.store import ModelStore
 
 from . import errors
-from .audit import AuditLog, AuditLogError
-from .conversations import ConversationStore, ConversationStoreError
-from .jobs import Jobs
+from ..stores.audit import AuditLog, AuditLogError
+from ..stores.conversations import ConversationStore, ConversationStoreError
+from ..stores.jobs import Jobs
 from .routes import conversations, health, metrics, openai, store, system, workorders
-from .runtime import Loader, Runtime, load_engine
+from ..runtime.served import Loader, Runtime, load_engine
 from .security import GuardMiddleware
-from .settings import Settings
+from ..settings import Settings
 from .ui_files import ui_app
-from .workorders.templates import TemplateStore
+from ..workorders.templates import TemplateStore
 
 log = logging.getLogger("flashdesk.server")
-ROUTES = (openai, workorders, conversations, store, system, metrics, health)  # server/routes/, one per API family
+ROUTES = (openai, workorders, conversations, store, system, metrics, health)  # server/http/routes/, one per API family
 
 
 def create_app(settings: Settings, loader: Loader = load_engine) -> FastAPI:
@@ -57,7 +57,7 @@ def create_app(settings: Settings, loader: Loader = load_engine) -> FastAPI:
     app.state.runtime = runtime
     app.state.settings = settings
     app.state.templates = TemplateStore(home / "templates")
-    app.state.store_jobs = Jobs()  # pull / import / pair, one at a time (server/routes/store.py)
+    app.state.store_jobs = Jobs()  # pull / import / pair, one at a time (server/http/routes/store.py)
     app.state.audit, app.state.audit_error = None, None  # the open log, or why it could not be opened (a 503)
     app.state.conversations, app.state.conversations_error = None, None
     errors.install(app)

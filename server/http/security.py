@@ -25,7 +25,7 @@ import socket
 from urllib.parse import urlsplit
 
 from .errors import APIError
-from .settings import LOOPBACK_NAMES, Settings
+from ..settings import LOOPBACK_NAMES, Settings
 
 KEYED_PREFIXES = ("/v1/", "/metrics")  # everything else (/health, the UI's files, /docs) holds no data
 # A JSON escape, taken whole: in the JSON text \\ud800 (an escaped backslash, then "ud800") is none.

@@ -12,7 +12,7 @@ from typing import AsyncIterator
 
 from engine import Completion, Engine, GenerationRequest, StreamEvent
 
-from .errors import APIError
+from ..http.errors import APIError
 
 
 async def submit(engine: Engine, req: GenerationRequest) -> asyncio.Queue:

@@ -36,7 +36,7 @@ def names() -> dict:
 
 def facts(engine: EngineAPI) -> dict:
     """`names()` plus what this loaded engine does with them."""
-    return names() | dataclasses.asdict(engine.speculation())
+    return names() | dataclasses.asdict(engine.speculation_facts())
 
 
 async def published(engine: EngineAPI) -> dict:
@@ -48,7 +48,7 @@ async def published(engine: EngineAPI) -> dict:
 
 
 def backend_counters(counts: dict | None) -> dict | None:
-    """The backend's own figures (upstream.spec_figures; null where it publishes none) and what they mean:
+    """The backend's own figures (backend_wire.spec_figures; null where it publishes none) and what they mean:
     `acceptance`, drafted tokens accepted (accepted / draft_tokens), and `tau`, tokens per verify step as in
     usage.speculation.tau (1 + accepted / drafts: vLLM's "mean acceptance length"). SGLang publishes no
     counts, only both rates over its last interval (SPEC_GAUGES): they are taken as they are. A figure it did

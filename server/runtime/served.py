@@ -10,7 +10,7 @@ What is served is one frozen `Served`, swapped whole under the lock: a request r
 so its engine, its model's name and the status it was admitted under belong together even
 while a switch runs in another thread.
 
-With a backend (settings.backend) the "model" is the backend's (server/remote.py): loading it
+With a backend (settings.backend) the "model" is the backend's (server/runtime/backend.py): loading it
 means asking the backend which model to drive, and switching is the backend's business.
 """
 
@@ -29,10 +29,10 @@ from engine.api import EngineAPI
 from engine.stats import MEASURED_FILE, EngineStats
 from engine.models.store import InstalledModel, ModelStore
 
-from .errors import APIError
-from .remote import RemoteEngine
-from .upstream import BackendUnavailable
-from .settings import Settings
+from ..http.errors import APIError
+from .backend import BackendEngine
+from .backend_wire import BackendUnavailable
+from ..settings import Settings
 
 log = logging.getLogger("flashdesk.server")
 
@@ -44,8 +44,8 @@ BACKEND_RETRY_S = 2.0  # how often a backend that cannot be reached yet is asked
 Loader = Callable[[Settings, threading.Event], tuple[InstalledModel, Engine]]
 
 
-def load_remote(settings: Settings) -> tuple[InstalledModel, RemoteEngine]:
-    engine = RemoteEngine(settings.backend, settings.backend_key.get_secret_value() if settings.backend_key else None)
+def load_backend(settings: Settings) -> tuple[InstalledModel, BackendEngine]:
+    engine = BackendEngine(settings.backend, settings.backend_key.get_secret_value() if settings.backend_key else None)
     try:
         about = engine.resolve(settings.backend_model) or {}
     except BaseException:
@@ -60,7 +60,7 @@ def load_remote(settings: Settings) -> tuple[InstalledModel, RemoteEngine]:
 
 def load_engine(settings: Settings, stop: threading.Event | None = None) -> tuple[InstalledModel, Engine]:
     if settings.backend:
-        return load_remote(settings)
+        return load_backend(settings)
     entry = ModelStore(settings.home).resolve(settings.model)
     draft = {"auto": entry.draft_path, "none": None}.get(settings.draft, settings.draft)
     cost_cache = str(entry.folder / f"verify-cost-{settings.threads}t.json") if entry.folder else None
@@ -85,14 +85,14 @@ class Served:
 
     settings: Settings  # of the model served, or of the last load tried
     status: str = "loading"  # loading | ready | error
-    engine: EngineAPI | None = None  # set exactly while status is "ready": an Engine or a RemoteEngine
+    engine: EngineAPI | None = None  # set exactly while status is "ready": an Engine or a BackendEngine
     model: InstalledModel | None = None  # the model served (kept during a switch until the new one is ready)
     error: str | None = None
     loading: str | None = None  # the name being loaded, while status is "loading"
 
     @property
-    def remote(self) -> bool:
-        """Whether a backend server answers instead of a local engine (then `engine` is a RemoteEngine)."""
+    def via_backend(self) -> bool:
+        """Whether a backend server answers instead of a local engine (then `engine` is a BackendEngine)."""
         return self.settings.backend is not None
 
     def names(self) -> set[str]:
@@ -206,7 +206,7 @@ class Runtime:
         with self._lock:
             now = self.served
             if now.status == "loading":
-                if now.remote and now.error:  # still asking a backend that cannot be reached (_ask)
+                if now.via_backend and now.error:  # still asking a backend that cannot be reached (_ask)
                     raise APIError(503, now.error, code="backend_unavailable")
                 raise APIError(503, "the model is still loading; try again in a few seconds", code="model_loading")
             if now.status == "error":

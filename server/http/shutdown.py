@@ -8,7 +8,7 @@ step under way) and running store jobs are cancelled (a download keeps its parti
 the next pull resumes). The connections then finish at once, and the lifespan closes the model
 and the databases as on any stop.
 
-What it is not: the lifespan (server/app.py), nor the desktop app's own stop (server/desktop/
+What it is not: the lifespan (server/http/app.py), nor the desktop app's own stop (server/desktop/
 launcher.py calls `begin` the same way).
 """
 

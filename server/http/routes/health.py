@@ -1,14 +1,14 @@
 """GET /health: whether the model is loaded (200 ready, 503 loading or error), for launchers,
 the UI's status line and the tests.
 
-Open without an API key (server/security.py), so a launcher can wait for the server. Once
+Open without an API key (server/http/security.py), so a launcher can wait for the server. Once
 ready it adds the model, the engine's load (`engine`), the context size and the speculation
-facts (server/speculation.py); the names a request may use are there from the start, so
+facts (server/runtime/speculation.py); the names a request may use are there from the start, so
 the UI can offer them while the model loads.
 
-With --backend, `backend` says whether the server behind us answers (server/remote.py): 503
+With --backend, `backend` says whether the server behind us answers (server/runtime/backend.py): 503
 when it cannot be reached, 502 when it answers wrongly; `status` is then "error", with the
-backend's reason in `error`. Its speculation counters (server/speculation.py `published`) are
+backend's reason in `error`. Its speculation counters (server/runtime/speculation.py `published`) are
 asked alongside, so a slow backend delays /health once (the probes' timeout), not twice.
 """
 
@@ -20,11 +20,11 @@ import dataclasses
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from .. import speculation
-from ..runtime import Runtime
+from ...runtime import speculation
+from ...runtime.served import Runtime
 
 router = APIRouter()
-BACKEND_STATUS = {"up": 200, "down": 503, "failing": 502}  # RemoteEngine.probe()'s states
+BACKEND_STATUS = {"up": 200, "down": 503, "failing": 502}  # BackendEngine.probe()'s states
 
 
 @router.get("/health")

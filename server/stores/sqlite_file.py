@@ -18,7 +18,7 @@ SQLITE_IOERR, SQLITE_FULL = 10, 13  # primary result codes, https://www.sqlite.o
 
 
 class DiskWriteFailed(Exception):
-    """Mixed into each store's "the disk refused a write" error, so server/errors.py answers
+    """Mixed into each store's "the disk refused a write" error, so server/http/errors.py answers
     them all with one row (507 Insufficient Storage)."""
 
 

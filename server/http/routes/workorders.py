@@ -32,13 +32,13 @@ from engine import EngineError, InvalidRequest
 from engine.errors import ServerBusy
 
 from .. import openai_format as fmt
-from ..audit import AuditLog, AuditLogError, ParseRecord
-from ..bridge import collect, submit
+from ...stores.audit import AuditLog, AuditLogError, ParseRecord
+from ...runtime.bridge import collect, submit
 from ..errors import APIError
 from ..schemas import Speculative
-from ..workorders import extract
-from ..workorders.templates import Template, from_schema
-from ..workorders.thread import strip_quoted
+from ...workorders import extract
+from ...workorders.templates import Template, from_schema
+from ...workorders.thread import strip_quoted
 
 router = APIRouter(prefix="/v1/workorders")
 # A whole reply thread is cheap to scan for its quoted history; megabytes are refused before that.
@@ -67,7 +67,7 @@ def _state(request: Request):
 
 def _audit(request: Request) -> AuditLog:
     audit = _state(request).audit
-    if audit is None:  # the app kept why it could not open the file (server/app.py); a 503
+    if audit is None:  # the app kept why it could not open the file (server/http/app.py); a 503
         raise AuditLogError(_state(request).audit_error or "see the server log")
     return audit
 
@@ -165,7 +165,7 @@ async def template(name: str, request: Request):
 
 class Filters(BaseModel):
     """The audit trail's filters, the same query parameters for the list and the export
-    (server/audit.py checks their values; a bad one is an AuditQueryError, a 400)."""
+    (server/stores/audit.py checks their values; a bad one is an AuditQueryError, a 400)."""
 
     template: str | None = None
     needs_review: bool | None = None

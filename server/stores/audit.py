@@ -5,7 +5,7 @@ with record / get / list / count and a streamed CSV or JSONL export, and `ParseR
 the dataclass a parse handler fills in. Dict and list fields are stored as JSON text
 (ensure_ascii=False, so Traditional Chinese round-trips and stays readable in the file).
 
-What it is not: no HTTP (server/errors.py's table maps `AuditLogError`, `AuditWriteFailed`
+What it is not: no HTTP (server/http/errors.py's table maps `AuditLogError`, `AuditWriteFailed`
 (a full or failing disk: 507) and `AuditQueryError` to error JSON), no retention or deletion
 policy, no full-text index (`q` is a LIKE scan, fine for the thousands of rows an office
 produces), no encryption.

@@ -1,13 +1,13 @@
 """HTTP routes of the chat history: `/v1/conversations`, for the browser UI's sidebar.
 
-What it is: an `APIRouter` over `ConversationStore` (server/conversations.py), read from
+What it is: an `APIRouter` over `ConversationStore` (server/stores/conversations.py), read from
 `request.app.state.conversations`. Request bodies are pydantic models with extra="forbid"
 so a misspelled field is a 400 from the app's handler, not silently dropped. Store calls
 block on an fsync, so they run in the threadpool, never on the event loop.
 
 What it is not: no generation (the UI calls /v1/chat/completions and then posts the
 answer here), no storage logic (limits and ordering live in the store), no error mapping
-(server/errors.py's table turns the store's errors into 400, 404 and 503), no auth (the
+(server/http/errors.py's table turns the store's errors into 400, 404 and 503), no auth (the
 app's middleware guards every /v1 route).
 
 Routes:
@@ -19,7 +19,7 @@ Routes:
     POST   /v1/conversations/{id}/messages        {role, content, meta?}    -> 201 message
     DELETE /v1/conversations/{id}/messages?after=SEQ                        -> {"id", "deleted": n}
 
-References: server/routes/workorders.py (the same shape over the audit log), server/errors.py.
+References: server/http/routes/workorders.py (the same shape over the audit log), server/http/errors.py.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from ..conversations import MAX_TITLE_CHARS, ConversationNotFound, ConversationStore, ConversationStoreError
+from ...stores.conversations import MAX_TITLE_CHARS, ConversationNotFound, ConversationStore, ConversationStoreError
 
 router = APIRouter(prefix="/v1/conversations")
 PAGE_LIMIT = 200  # a sidebar page; below the store's MAX_LIST_LIMIT so limit + 1 always fits
@@ -53,14 +53,14 @@ class MessageBody(BaseModel):
 
 def _store(request: Request) -> ConversationStore:
     store = getattr(request.app.state, "conversations", None)
-    if store is None:  # the app kept why it could not open the file (server/app.py); a 503
+    if store is None:  # the app kept why it could not open the file (server/http/app.py); a 503
         raise ConversationStoreError(getattr(request.app.state, "conversations_error", None)
                                      or "its file could not be opened; see the server log")
     return store
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run a store call off the event loop; its errors become API errors in server/errors.py."""
+    """Run a store call off the event loop; its errors become API errors in server/http/errors.py."""
     return await run_in_threadpool(fn, *args)
 
 

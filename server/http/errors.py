@@ -18,10 +18,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from engine.errors import (ContextLengthExceeded, DownloadError, EngineError, EngineStopped, GenerationFailed,
                            InvalidModelFile, InvalidRequest, ModelLoadError, ModelNotFound, ServerBusy)
 
-from .audit import AuditLogError, AuditQueryError
-from .conversations import ConversationInputError, ConversationNotFound, ConversationStoreError
-from .sqlite_file import DiskWriteFailed
-from .upstream import BackendFailed, BackendUnavailable
+from ..stores.audit import AuditLogError, AuditQueryError
+from ..stores.conversations import ConversationInputError, ConversationNotFound, ConversationStoreError
+from ..stores.sqlite_file import DiskWriteFailed
+from ..runtime.backend_wire import BackendFailed, BackendUnavailable
 
 log = logging.getLogger("flashdesk.server")
 
@@ -35,7 +35,7 @@ ENGINE_ERRORS: list[tuple[type[EngineError], int, str]] = [
     (ModelLoadError, 503, "server_error"),
     (EngineStopped, 503, "server_error"),
     (DownloadError, 502, "server_error"),
-    (BackendUnavailable, 503, "server_error"),  # --backend: the server behind us (server/upstream.py)
+    (BackendUnavailable, 503, "server_error"),  # --backend: the server behind us (server/runtime/backend_wire.py)
     (BackendFailed, 502, "server_error"),
     (GenerationFailed, 500, "server_error"),
     (EngineError, 500, "server_error"),
