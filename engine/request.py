@@ -12,11 +12,13 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Literal
 
 from .errors import EngineError
 from .sampling import SamplingParams
 from .speculative.params import SpecParams, SpecReport
+
+FinishReason = Literal["stop", "length", "cancelled"]  # why a request's output ended (no error)
 
 _ids = itertools.count(1)
 
@@ -48,7 +50,7 @@ class StreamEvent:
 
     text: str = ""  # newly final text (may be "")
     tokens: list[int] = field(default_factory=list)  # token ids committed in this step
-    finish_reason: str | None = None  # "stop" | "length" | "cancelled"
+    finish_reason: FinishReason | None = None
     usage: Usage | None = None  # set on the last event
     error: EngineError | None = None
     logprobs: list[float] | None = None  # log p of each token under the target (when requested)
@@ -90,6 +92,11 @@ class GenerationRequest:
     submitted_at: float = field(default_factory=time.perf_counter)
     prompt_tokens: list[int] = field(default_factory=list)  # filled in by Engine.submit
 
+    def send(self, event: StreamEvent) -> None:
+        """Hand `event` to the sink, which Engine.submit made sure every queued request has."""
+        assert self.sink is not None, "a submitted request has a sink"
+        self.sink(event)
+
     def cancel(self) -> None:
         """Ask the worker to stop this request; it stops within one step."""
         self.cancelled.set()
@@ -120,7 +127,7 @@ class Completion:
 
     text: str
     tokens: list[int]
-    finish_reason: str
+    finish_reason: FinishReason
     usage: Usage
     logprobs: list[float] | None = None  # one per token, or None
     pieces: list[bytes] | None = None  # the tokens' bytes where their ids are unknown (StreamEvent.pieces)

@@ -47,6 +47,12 @@ class Slot:
         self.logprobs_step: list[float] | None = None  # of the tokens the last step committed
 
     @property
+    def request(self) -> GenerationRequest:
+        """The request it runs; only a busy slot is asked."""
+        assert self.req is not None, "a free slot has no request"
+        return self.req
+
+    @property
     def busy(self) -> bool:
         return self.req is not None
 
@@ -56,17 +62,17 @@ class Slot:
 
     def history(self) -> list[int]:
         """Every committed token: prompt + output (the anchor is the last)."""
-        return self.req.prompt_tokens + self.output
+        return self.request.prompt_tokens + self.output
 
     def usage(self, speedup: float | None = None) -> Usage:
         now = time.perf_counter()
         first = self.t_first or now
         return Usage(
-            prompt_tokens=len(self.req.prompt_tokens),
+            prompt_tokens=len(self.request.prompt_tokens),
             cached_tokens=self.reused,
             closed_early=bool(self.sampler.grammar and self.sampler.grammar.closed),
             completion_tokens=len(self.output),
-            prefill_ms=(first - self.req.submitted_at) * 1000.0,
+            prefill_ms=(first - self.request.submitted_at) * 1000.0,
             decode_ms=(now - first) * 1000.0,
             speculation=self.spec.stats.report(speedup) if self.spec is not None else None,
         )
@@ -74,7 +80,7 @@ class Slot:
     def emit(self, event: StreamEvent) -> bool:
         """Hand an event to the request's sink; False if the receiver is gone."""
         try:
-            self.req.sink(event)
+            self.request.send(event)
             return True
         except Exception:  # a closed event loop or queue: treat as a disconnect
             return False

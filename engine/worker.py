@@ -34,11 +34,11 @@ from .llama.chat_template import ChatTemplate
 from .llama.context import Context, ContextConfig, on_own_thread
 from .llama.grammar import Grammar
 from .llama.model import Model, ModelInfo
-from .request import Completion, GenerationRequest, RequestHandle, StreamEvent
+from .request import ChatPrompt, Completion, FinishReason, GenerationRequest, RequestHandle, StreamEvent
 from .sampling import SamplingParams
 from .slot import Slot
 from .speculative.drafters.base import Drafter
-from .speculative.params import AUTO, SpecParams
+from .speculative.params import AUTO, Mode, Selector, SpecParams
 from .speculative.setup import DrafterFactory, Speculation
 from .stats import EngineStats, SpeculationFacts, Totals
 
@@ -56,12 +56,12 @@ class EngineConfig:
     n_threads: int = max(1, min(os.cpu_count() or 1, 8))
     n_gpu_layers: int = -1
     verbose: bool = False
-    spec_mode: str = AUTO  # default for requests that do not say (SpecParams.mode)
+    spec_mode: Mode = AUTO  # default for requests that do not say (SpecParams.mode)
     spec_block: int = 8  # the largest B the chooser may pick (or B itself for a fixed block)
     cost_cache: str | None = None  # JSON file for what decodes cost on this machine (learned, kept across starts)
     measured_cache: str | None = None  # JSON file for what speculation did for answers here (stats.MeasuredSpeedup)
     draft: str | None = None  # a DFlash draft GGUF (2 or v1) for this model: enables mode "dflash"
-    selector: str = "walk"  # default path selector through a DFlash 2 lattice (a v1 draft has none)
+    selector: Selector = "walk"  # default path selector through a DFlash 2 lattice (a v1 draft has none)
     # Speculate even where verify rows are not bit-identical to single-token decodes (CUDA):
     # the output then follows the target's batched numerics, not plain decoding bit for bit.
     spec_inexact: bool = False
@@ -152,6 +152,8 @@ class Engine:
             raise InvalidRequest("max_tokens must be at least 1", param="max_tokens")
         if req.grammar:
             Grammar.check(self.model.vocab, req.grammar)
+        if isinstance(req.prompt, ChatPrompt):  # the messages themselves are for a backend, which renders them
+            raise InvalidRequest("this engine takes a rendered prompt; render_chat() gives it", param="prompt")
         req.prompt_tokens = self.tokenize_prompt(req.prompt)
         n_prompt = len(req.prompt_tokens)
         if n_prompt == 0:
@@ -182,7 +184,8 @@ class Engine:
     def _counted(self, sink):
         """`sink` that, at the request's final event (whatever ends it), frees its place in the
         admission count and updates the mean request time."""
-        t0, done = time.perf_counter(), []
+        t0 = time.perf_counter()
+        done: list[bool] = []
 
         def counted(ev: StreamEvent) -> None:
             if ev.final and not done:
@@ -253,7 +256,7 @@ class Engine:
             while not self._stopping.is_set():
                 self._admit()
                 for slot in self._slots:
-                    if slot.busy and slot.req.cancelled.is_set():
+                    if slot.busy and slot.request.cancelled.is_set():
                         self._finish(slot, StreamEvent(finish_reason="cancelled"))
                 if any(s.busy for s in self._slots):
                     try:
@@ -272,13 +275,13 @@ class Engine:
                     self._finish(slot, StreamEvent(error=stopped))
             for req in self._waiting + self._drain():
                 try:
-                    req.sink(StreamEvent(error=stopped))
+                    req.send(StreamEvent(error=stopped))
                 except Exception:  # its receiver is gone too
                     pass
             self._waiting.clear()
 
     def _drain(self) -> list[GenerationRequest]:
-        out = []
+        out: list[GenerationRequest] = []
         while True:
             try:
                 r = self._queue.get_nowait()
@@ -302,14 +305,14 @@ class Engine:
             pass
         for req in [r for r in waiting if r.cancelled.is_set()]:  # a client that gave up frees its place now
             waiting.remove(req)
-            req.sink(StreamEvent(finish_reason="cancelled"))
+            req.send(StreamEvent(finish_reason="cancelled"))
         while waiting:
             free = [s for s in self._slots if not s.busy]
             if not free:
                 break
             req = waiting.pop(0)
             if req.cancelled.is_set():
-                req.sink(StreamEvent(finish_reason="cancelled"))
+                req.send(StreamEvent(finish_reason="cancelled"))
                 continue
             busy = [s.seq_id for s in self._slots if s.busy]
             gap = self.speculation.gap_tokens(self._mean_answer)
@@ -320,7 +323,7 @@ class Engine:
             except Exception as e:  # a bug (a failed measurement, say): this request fails, the worker goes on
                 log.exception("could not start a request")
                 prefix.drop(slot, self.ctx)  # whatever it held may be half-overwritten
-                req.sink(StreamEvent(error=GenerationFailed(f"engine error: {e}")))
+                req.send(StreamEvent(error=GenerationFailed(f"engine error: {e}")))
                 continue
             slot.start(req, self.model, max_new, spec, reused)
 
@@ -342,7 +345,7 @@ class Engine:
             slot.t_first = time.perf_counter()
         lp, slot.logprobs_step = slot.logprobs_step, None
 
-        def event(text: str, done: list[int], reason: str | None = None) -> StreamEvent:
+        def event(text: str, done: list[int], reason: FinishReason | None = None) -> StreamEvent:
             return StreamEvent(text, done, reason, logprobs=lp[:len(done)] if lp is not None else None)
 
         text = ""
@@ -356,7 +359,8 @@ class Engine:
             if slot.text.stopped_by is not None:
                 return self._finish(slot, event(text, done, "stop"))
             # the next decode would put the anchor at position prompt + output - 1
-            if len(slot.output) >= slot.max_new or len(slot.req.prompt_tokens) + len(slot.output) >= self.n_ctx:
+            n_prompt = len(slot.request.prompt_tokens)
+            if len(slot.output) >= slot.max_new or n_prompt + len(slot.output) >= self.n_ctx:
                 return self._finish(slot, event(text + slot.text.flush(), done, "length"))
         if not slot.emit(event(text, list(tokens))):
             self._finish(slot, StreamEvent(finish_reason="cancelled"))

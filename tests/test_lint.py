@@ -19,3 +19,11 @@ def test_ruff_finds_nothing():
     out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "."],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
+
+
+def test_mypy_finds_nothing():
+    """mypy over engine/ and server/ with [tool.mypy] in pyproject.toml (the files, the checks)."""
+    assert importlib.util.find_spec("mypy"), "no mypy in this venv. HINT: bash scripts/setup.sh test"
+    out = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--cache-dir", "/dev/null"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]

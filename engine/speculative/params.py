@@ -4,23 +4,26 @@ and reports back at its end (`SpecReport`: tau, accepted per position, where the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final, Literal, get_args
 
 from ..errors import InvalidRequest
 
-# Each mode's name, defined once: a drafter's `name` is its mode, and the policy names modes by these.
-AUTO, OFF = "auto", "off"
-DFLASH, LOOKUP, GRAMMAR = "dflash", "lookup", "grammar"
-GRAMMAR_LOOKUP, GRAMMAR_LOOKUP_DFLASH = f"{GRAMMAR}+{LOOKUP}", f"{GRAMMAR}+{LOOKUP}+{DFLASH}"
-MODES = (AUTO, OFF, DFLASH, LOOKUP, GRAMMAR, GRAMMAR_LOOKUP, GRAMMAR_LOOKUP_DFLASH)
-COPY = "copy"  # a path token's source, not a mode: a copy field's unique continuation (drafters/grammar.py)
-SELECTORS = ("walk", "viterbi", "dp", "top1")
+# Each mode's name, defined once: a drafter's `name` is its mode, and the policy names modes by these. The
+# Literal is what the server's settings and API accept (pydantic refuses the rest); the engine itself takes
+# any drafter's name, since a test may add drafters of its own.
+Mode = Literal["auto", "off", "dflash", "lookup", "grammar", "grammar+lookup", "grammar+lookup+dflash"]
+MODES: tuple[Mode, ...] = get_args(Mode)
+AUTO, OFF, DFLASH, LOOKUP, GRAMMAR, GRAMMAR_LOOKUP, GRAMMAR_LOOKUP_DFLASH = MODES
+COPY: Final = "copy"  # a path token's source, not a mode: a copy field's unique continuation (drafters/grammar.py)
+Selector = Literal["walk", "viterbi", "dp", "top1"]  # DFlash 2's path selectors (engine/speculative/select.py)
+SELECTORS: tuple[Selector, ...] = get_args(Selector)
 MAX_BLOCK = 16
 
 
 @dataclass(frozen=True)
 class SpecParams:
-    mode: str = "auto"  # auto: the best available drafter, or plain when that is faster
-    selector: str | None = None  # DFlash 2 path selector; None = the engine's default
+    mode: Mode = AUTO  # auto: the best drafter there is, or plain when faster (any drafter's name works at run time)
+    selector: Selector | None = None  # DFlash 2 path selector; None = the engine's default
     block: int | None = None  # B = anchor + (B-1) drafted slots; None = chosen per step
 
     def validate(self) -> None:
@@ -35,7 +38,7 @@ class SpecParams:
 
 @dataclass
 class SpecStats:
-    mode: str = "off"  # what actually ran: off or one of MODES' drafters
+    mode: str = OFF  # what actually ran: off or one of MODES' drafters
     selector: str | None = None
     verifies: int = 0
     drafted: int = 0  # path tokens sent to verification

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from gguf_tools.dflash import DFLASH2
 
 from ..llama.sampler import TargetDistribution
 from ..prefix import costs_reuse
@@ -91,7 +90,7 @@ class Policy:
         costs = None if params.block else self.costs
         drafter = self.drafters[mode]
         # the path selector works on a lattice: a v1 draft (or lookup) proposes its path itself
-        lattice = drafter.kind == DFLASH2
+        lattice = drafter.lattice
         selector = (params.selector or self.selector) if lattice else None
         info = drafter.info  # a DFlash draft cannot draft past its block_size
         block = min(params.block or self.block, info.block_size if info else MAX_BLOCK, self.max_block)

@@ -33,7 +33,7 @@ from .drafters.grammar import GrammarDrafter
 from .drafters.lookup import PromptLookupDrafter
 from .exactness import judge
 from .loop import Stepper
-from .params import AUTO, DFLASH, OFF, MeasuredGain, SpecParams
+from .params import AUTO, DFLASH, OFF, MeasuredGain, Mode, Selector, SpecParams
 from .policy import Policy
 from .state import SpecState
 
@@ -50,16 +50,35 @@ DrafterFactory = Callable[[Model, Mapping[str, Drafter]], Drafter]
 
 
 class SpecConfig(Protocol):
-    """The engine settings speculation reads (engine.EngineConfig has them all)."""
-    spec_mode: str
-    selector: str
-    spec_block: int
-    draft: str | None
-    spec_inexact: bool
-    cost_cache: str | None
-    measured_cache: str | None
-    n_threads: int
-    verbose: bool
+    """The engine settings speculation reads (engine.EngineConfig has them all); read-only, as a frozen
+    dataclass's fields are."""
+
+    @property
+    def spec_mode(self) -> Mode: ...
+
+    @property
+    def selector(self) -> Selector: ...
+
+    @property
+    def spec_block(self) -> int: ...
+
+    @property
+    def draft(self) -> str | None: ...
+
+    @property
+    def spec_inexact(self) -> bool: ...
+
+    @property
+    def cost_cache(self) -> str | None: ...
+
+    @property
+    def measured_cache(self) -> str | None: ...
+
+    @property
+    def n_threads(self) -> int: ...
+
+    @property
+    def verbose(self) -> bool: ...
 
 
 class Speculation:

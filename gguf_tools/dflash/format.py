@@ -38,6 +38,7 @@ import hashlib
 import math
 import os
 from dataclasses import asdict, dataclass, replace
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -89,8 +90,10 @@ TOKENIZER_PREFIX = "tokenizer.ggml."  # copied from the target verbatim, but for
 TOKENS_KEY = "tokenizer.ggml.tokens"
 MASK_KEY = "tokenizer.ggml.mask_token_id"
 SELECTOR_TENSORS = ("selector_predecessor.weight", "selector_successor.weight", "selector_hidden.weight")
-DFLASH2, DFLASH1 = "dflash2", "dflash1"  # DraftConfig.kind: with the candidate selector, or plain DFlash
-KINDS = (DFLASH2, DFLASH1)
+# DraftConfig.kind: with the candidate selector, or plain DFlash; each name written once, in the Literal
+DraftKind = Literal["dflash2", "dflash1"]
+KINDS: tuple[DraftKind, ...] = get_args(DraftKind)
+DFLASH2, DFLASH1 = KINDS
 SELECTOR_FIELDS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")  # DFlash 2 only
 DSPARK_TENSOR = "markov_w1.weight"  # dflash.cpp's sign of a DSpark draft (a Markov head on the logits)
 _CONTROL, _USER_DEFINED = 3, 4  # llama_token_type values in tokenizer.ggml.token_type
@@ -189,7 +192,7 @@ class DraftConfig:
     rope_freq_base: float = 10000.0
     context_length: int = 8192
     causal: bool = False  # DFlash attends both ways inside a block
-    kind: str = DFLASH2  # "dflash2" (candidate selector) | "dflash1" (plain DFlash: logits per slot)
+    kind: DraftKind = DFLASH2  # "dflash2" (candidate selector) | "dflash1" (plain DFlash: logits per slot)
     name: str = "flashdesk DFlash2 draft"
     # optional settings llama.cpp's dflash graph reads; the defaults write no key
     sliding_window: int = 0  # W > 0: sliding layers see keys at positions > p - W

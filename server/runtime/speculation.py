@@ -19,14 +19,12 @@ What this is not: a route, or the decision to speculate (that is the engine's).
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
 
 from engine.api import EngineAPI
+# The engine's Literals, re-exported for the settings and the API schemas: pydantic refuses anything else,
+# listing the names.
 from engine.speculative.params import MAX_BLOCK, MODES, SELECTORS
-
-# Literal[tuple] is Literal[*tuple]: pydantic then refuses anything else, listing the names.
-Mode = Literal[MODES]
-Selector = Literal[SELECTORS]
+from engine.speculative.params import Mode as Mode, Selector as Selector
 
 
 def names() -> dict:

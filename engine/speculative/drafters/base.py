@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import numpy as np
 
+from gguf_tools.dflash.format import DFLASH2, DraftKind
+
 
 @dataclass
 class SeqView:
@@ -61,9 +63,14 @@ class Drafter:
     name: str = "drafter"  # the mode that drafts with it (engine/speculative/params.py MODES)
     free: bool = False  # no model call: the loop asks for the longest path and prices what comes back
     source: str | None = None  # what its own path tokens count as (None: its name); a combined drafter's draft
-    kind: str | None = None  # "dflash2": it proposes lattices for the select stage; else paths
+    kind: DraftKind | None = None  # a DFlash draft's kind (gguf_tools/dflash/format.py); None: not a DFlash draft
     info = None  # a DFlash draft's facts (gguf_tools/dflash DraftInfo: block size, top-k, taps); None otherwise
     follows_kv: bool = False  # it keeps a KV cache of its own in step with the target's (DFlash)
+
+    @property
+    def lattice(self) -> bool:
+        """It proposes lattices for the select stage (a DFlash 2 draft); else it proposes its path itself."""
+        return self.kind == DFLASH2
 
     @property
     def holder(self) -> "Drafter":
