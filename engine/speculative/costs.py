@@ -51,7 +51,7 @@ def ubatches(rows_by_seq: Mapping[int, int], n_ubatch: int) -> list[tuple[int, i
     left = {s: n for s, n in rows_by_seq.items() if n > 0}
     out = []
     while left:
-        run = []
+        run: list[int] = []
         for s in sorted(left):
             if (run and s != run[-1] + 1) or len(run) == n_ubatch:
                 break
@@ -143,7 +143,9 @@ class CostModel:
         if bucket > 1:  # no cell on this side: the one-sequence curve's shape from the nearest cell
             if not pts:
                 return self._estimate(rows, 1)
-            r0, ms0 = below or above  # and never less than one sequence's decode of as many rows
+            nearest = below or above
+            assert nearest is not None  # pts is not empty
+            r0, ms0 = nearest  # and never less than one sequence's decode of as many rows
             alone = self._estimate(rows, 1)
             return max(ms0 + alone - self._estimate(r0, 1), alone)
         if not pts:
@@ -154,6 +156,7 @@ class CostModel:
         if len(pts) >= 2:  # past the last cell: its segment's slope goes on (flat: a guess that gets tried)
             (r1, m1), (r2, m2) = pts[-2], pts[-1]
             slope = (m2 - m1) / (r2 - r1)
+        assert below is not None  # pts is not empty, and no cell is above
         return below[1] + slope * (rows - below[0])
 
     # -- kept beside the model --------------------------------------------------------

@@ -77,6 +77,7 @@ def _rows(ctx: Context, on_gpu: bool) -> Exactness:
         return Exactness(False, "this llama.cpp build uses llamafile's sgemm, which computes batches of 2 or more "
                                 "rows with other kernels than single tokens. HINT: reinstall with scripts/setup.sh.")
     if case == ggml.BANDED and on_gpu:
+        assert band is not None, "a banded build says its band"
         exact, what = verify_is_exact(ctx, sizes=tuple(range(2, band + 1)),
                                       history=BOUNDARY_HISTORY, offsets=True)
         if exact:
@@ -87,6 +88,7 @@ def _rows(ctx: Context, on_gpu: bool) -> Exactness:
                                 f"card {what}, so speculation would change the output: it stays off. HINT: report "
                                 "the card's model to flashdesk (flashdesk doctor shows it).", band)
     if case == ggml.BANDED:  # the CPU backend's band
+        assert band is not None, "a banded build says its band"
         exact, what = verify_is_exact(ctx, sizes=tuple(k for k in CPU_SIZES if k <= band))
         if exact:
             return Exactness(True, f"this build has flashdesk's batch-invariant patch, and verify batches of up to "
@@ -184,6 +186,8 @@ def rollback_is_exact(ctx: Context, seq_id: int = 0, depth: int = 7) -> tuple[bo
         ref = probe.next_logits([])  # x_0 alone, then y: plain decoding
         for d in probe.depths:
             got = probe.next_logits(probe.tail(d, 1))
+            # judge() asks only where rollback works; a refusal here failed before as it fails now
+            assert got is not None and ref is not None, "the memory refused a rollback"
             diff = float(np.max(np.abs(got - ref)))
             if diff != 0.0:
                 return False, (f"after a rollback of {d} rejected tokens the next token's logits differ from plain "

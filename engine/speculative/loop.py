@@ -25,7 +25,7 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Sequence
 
 import numpy as np
 
@@ -183,7 +183,8 @@ class Stepper:
             slot.spec.observe_draft_cost(share - once)
 
     @staticmethod
-    def _price(slot, batch: StepBatch, available: int | None = None, sources: list[str | None] | None = None) -> int:
+    def _price(slot, batch: StepBatch, available: int | None = None,
+               sources: Sequence[str | None] | None = None) -> int:
         """The slot's path length on this step's batch, which then carries it."""
         t = slot.spec.plan_path(slot, available, batch, sources)
         batch.add(slot.seq_id, t, expected_committed(slot.spec.rates(sources), t), slot.spec.draft_ms)
@@ -220,6 +221,7 @@ class Stepper:
                           for j, tok in enumerate(s.pending[:n])]
                 room -= n
             elif w.kind == "verify":
+                assert w.path is not None  # a verify has a path
                 w.rows = add_verify_rows(batch, s.seq_id, s.n_past, s.last, w.path.tokens)
             else:
                 w.rows = [batch.add(s.last, s.n_past, s.seq_id, logits=True)]
@@ -234,6 +236,7 @@ class Stepper:
         """After the decode: what this slot commits, and its n_past moved past it."""
         s = w.slot
         if w.kind == "verify":
+            assert w.path is not None  # a verify has a path
             w.commit = self._accept(s, w.path, w.rows, verify_ms)
             w.kept = len(w.commit)  # the anchor and the accepted path tokens
             at = w.rows[:w.kept]  # the row each committed token was chosen at
@@ -256,7 +259,7 @@ class Stepper:
         w.settled = True
         if w.kind == "prefill":  # the prompt's last chunk: its state is a prefix a later prompt may share
             prefix.checkpoint(s, self.ctx, self.chunks)
-        if s.req.logprobs:
+        if s.request.logprobs:
             s.logprobs_step = token_logprobs(self.ctx, at, w.commit)
 
     def _accept(self, slot, path: Path, rows: list[int], verify_ms: float) -> list[int]:

@@ -159,7 +159,7 @@ class MeasuredGain:
     def as_dict(self) -> dict | None:
         if not self.answers:
             return None
-        return {"answers": self.answers, "speedup": round(self.speedup, 2)}
+        return {"answers": self.answers, "speedup": round(self.plain_ms / self.spent_ms, 2)}
 
     @staticmethod
     def pooled(gains: list["MeasuredGain"]) -> dict | None:

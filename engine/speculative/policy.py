@@ -103,8 +103,9 @@ class Policy:
         """The speed-up over plain decoding of what auto would use instead of `mode` on trial: the
         grammar's spans alone for the spans with the draft (as their answers measured), else plain."""
         spans = self.records.get(GRAMMAR_LOOKUP)
-        if mode == GRAMMAR_LOOKUP_DFLASH and spans is not None and spans.gain.answers:
-            return max(1.0, spans.gain.speedup)
+        speedup = spans.gain.speedup if spans is not None else None  # None: no answers measured
+        if mode == GRAMMAR_LOOKUP_DFLASH and speedup is not None:
+            return max(1.0, speedup)
         return 1.0
 
     def _draft_adds(self) -> tuple[bool, bool]:
@@ -139,15 +140,16 @@ class Policy:
         rec, lookup = self.records.get(DFLASH), self.records.get(LOOKUP)
         costs = self.costs
         preferred = DFLASH if rec is not None and not rec.useless() else LOOKUP
-        tried = preferred == DFLASH and costs.ready and (rec.gain.answers or rec.upkeep_ms)
+        tried = rec is not None and preferred == DFLASH and costs.ready and (rec.gain.answers or rec.upkeep_ms)
         if preferred == DFLASH and not tried and self.budget.allows():
             return DFLASH, True  # not tried yet: try it
         pick = LOOKUP
-        if tried and rec.speed(costs, self.max_block - 1) > 1.0 / costs.cost(1):
+        if tried and rec is not None and rec.speed(costs, self.max_block - 1) > 1.0 / costs.cost(1):
             rival = lookup.gain.speedup if lookup is not None and lookup.gain.answers else None
-            if not rec.gain.answers or rec.gain.speedup > max(1.0, rival or 1.0):
+            if rec.gain.speedup is None or rec.gain.speedup > max(1.0, rival or 1.0):
                 pick = DFLASH
-        if pick == LOOKUP and lookup is not None and lookup.gain.answers >= MIN_ANSWERS and lookup.gain.speedup < 1.0:
+        if (pick == LOOKUP and lookup is not None and lookup.gain.answers >= MIN_ANSWERS
+                and (lookup.gain.speedup or 0.0) < 1.0):
             pick = OFF
         if pick == preferred:
             return pick, False

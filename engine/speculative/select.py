@@ -20,6 +20,7 @@ returns q only for a drawn path.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -37,7 +38,7 @@ class Path:
     tokens: list[int]  # [T] token ids for slots 1..T
     cand_ids: np.ndarray | None = None  # [T, K] int32 the candidates a drawn path chose among
     cand_q: np.ndarray | None = None  # [T, K] float32 q over them (rows sum to 1); None = a point mass
-    sources: list[str | None] | None = None  # [T] where each token came from; None (or an entry None): the drafter
+    sources: Sequence[str | None] | None = None  # [T] where each token came from; None (or an entry None): the drafter
 
     def head(self, n: int) -> "Path":
         """The first n tokens of this path."""

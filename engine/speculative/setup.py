@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol, cast
 
 from .. import prefix
 from ..chunks import Chunks
@@ -144,7 +144,8 @@ class Speculation:
             self.draft_error = e.message
             log.error("DFlash draft not used: %s", e.message)
             return
-        self._add(SpanDFlashDrafter(self.drafters[GrammarLookupDrafter.name], drafter))
+        spans = cast(GrammarLookupDrafter, self.drafters[GrammarLookupDrafter.name])  # a built-in, added above
+        self._add(SpanDFlashDrafter(spans, drafter))
 
     def _warn(self) -> None:
         why = self.exactness.why
@@ -206,7 +207,7 @@ class Speculation:
         drafter = state.drafter if state is not None else None
         shared = prefix.common_prefix(slot.cached, req.prompt_tokens[:-1]) if drafter and drafter.follows_kv else 0
         reused = prefix.reuse(slot, self.ctx, req.prompt_tokens, drafter, self.chunks)
-        if shared > reused and self.costs.ready:
+        if state is not None and shared > reused and self.costs.ready:  # shared > 0: it has a drafter
             state.stats.upkeep_ms += self.costs.cost(shared - reused)
         return state, reused
 
@@ -243,6 +244,7 @@ class Speculation:
             self.save_costs()
             if not self.curve_ready.is_set():
                 self.curve_ready.set()
+                assert self._t_measure is not None  # set when the fill-in began
                 log.info("measured this machine's decode costs, %.1f s after it began (c(1) %.1f ms, c(8) %.1f ms)",
                          time.perf_counter() - self._t_measure, self.costs.cost(1), self.costs.cost(8))
 

@@ -6,6 +6,7 @@ pooled per drafter (`DrafterRecord`) so the next request starts from experience.
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 
@@ -28,7 +29,7 @@ LOSS_SLACK = 4
 RETIRABLE = (DFLASH, LOOKUP)  # drafters whose answer decodes plainly once retired
 
 
-def source_key(sources: list[str | None], i: int) -> tuple[str, bool]:
+def source_key(sources: Sequence[str | None], i: int) -> tuple[str | None, bool]:
     """Token i's source, and whether it continues a run of that source (a copy's first token is
     the uncertain one; the next ones follow it)."""
     return sources[i], i > 0 and sources[i - 1] == sources[i]
@@ -52,7 +53,7 @@ class DrafterRecord:
         # run) -> [accepted, tried] given the path's earlier tokens were accepted. A forced grammar
         # span is near certain where a copied one is not; pricing both at the drafter's positional
         # rate would cut long forced spans short. Shared live by this drafter's requests.
-        self.by_source: dict[tuple[str, bool], list[float]] = {}
+        self.by_source: dict[tuple[str | None, bool], list[float]] = {}
         # What its requests measured (upkeep and misses in): plain-equivalent over spent time
         self.gain = MeasuredGain(memory=20.0)
 
@@ -78,7 +79,7 @@ class DrafterRecord:
             best = max(best, e / (costs.cost(t + 1) + self.draft_ms + u * e))
         return best
 
-    def source_rate(self, key: tuple[str, bool], fallback: float) -> float:
+    def source_rate(self, key: tuple[str | None, bool], fallback: float) -> float:
         hits, trials = self.by_source.get(key, (0.0, 0.0))
         return (hits + fallback * self.strength) / (trials + self.strength)
 
@@ -197,7 +198,7 @@ class SpecState:
                     slot.max_new - len(slot.output) - 1)  # accepted + bonus must fit max_tokens
         return 0 if self.retired else max(t_max, 0)
 
-    def rates(self, sources: list[str | None] | None = None) -> list[float]:
+    def rates(self, sources: Sequence[str | None] | None = None) -> list[float]:
         """P(path token i accepted | those before it were), for a path whose tokens came from
         `sources` (a combined drafter's), else by position alone."""
         if not sources:
@@ -206,7 +207,7 @@ class SpecState:
                 for i, rate in zip(range(len(sources)), self.accept_rate)]
 
     def path_len(self, slot, available: int | None = None, batch: StepBatch | None = None,
-                 sources: list[str | None] | None = None) -> int:
+                 sources: Sequence[str | None] | None = None) -> int:
         """The priced path length this step (of the `available` a free drafter already offers, whose
         tokens came from `sources`), on the step's `batch` (None: this sequence alone); 0 means decode
         plainly. Pure: `plan_path` is the step's choice, probes included."""
@@ -221,7 +222,7 @@ class SpecState:
         return choose_path_len(self.rates(sources), t_max, self.costs, self.draft_ms, batch, slot.seq_id)
 
     def plan_path(self, slot, available: int | None = None, batch: StepBatch | None = None,
-                  sources: list[str | None] | None = None) -> int:
+                  sources: Sequence[str | None] | None = None) -> int:
         """This step's path length: the priced one (`path_len`), or, after a run of plain steps the
         chooser priced, a one-token probe (the cheapest verify there is), which keeps the estimates honest."""
         t = self.path_len(slot, available, batch, sources)
@@ -244,6 +245,7 @@ class SpecState:
         time. A probe adds a draft call and a row to the step's decode, which every stream in it
         waits for, and each of those streams may probe as often; beside other streams that row is
         a ubatch of its own: at 8 streams on a 2-core CPU, half a step."""
+        assert self.costs is not None  # only a state that prices its steps probes
         plain = batch.cost(self.costs)
         extra = batch.cost(self.costs, seq_id, 1) - plain + self.draft_ms
         return max(MIN_PROBE_EVERY, math.ceil(len(batch.rows) * extra / (PROBE_BUDGET * plain)))

@@ -10,9 +10,14 @@ its. Words as in docs/architecture.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
 import numpy as np
 
 from gguf_tools.dflash.format import DFLASH2, DraftKind
+
+if TYPE_CHECKING:  # its module loads llama.cpp's model binding, which the base of every drafter does not need
+    from .dflash_fit import DraftInfo
 
 
 @dataclass
@@ -34,7 +39,7 @@ class Lattice:
     rows: np.ndarray  # [B, n_embd] float32, B = anchor + drafted slots
     top_k: int  # K
     unary: np.ndarray | None = None  # [B-1, K] float32 the draft's logit of each candidate (top1); if asked
-    origin: list[str | None] | None = None  # [B-1] the source of candidate K-1 where a span was merged in
+    origin: Sequence[str | None] | None = None  # [B-1] the source of candidate K-1 where a span was merged in
 
 
 @dataclass
@@ -64,7 +69,7 @@ class Drafter:
     free: bool = False  # no model call: the loop asks for the longest path and prices what comes back
     source: str | None = None  # what its own path tokens count as (None: its name); a combined drafter's draft
     kind: DraftKind | None = None  # a DFlash draft's kind (gguf_tools/dflash/format.py); None: not a DFlash draft
-    info = None  # a DFlash draft's facts (gguf_tools/dflash DraftInfo: block size, top-k, taps); None otherwise
+    info: DraftInfo | None = None  # a DFlash draft's facts (DraftInfo: block size, top-k, taps); None otherwise
     follows_kv: bool = False  # it keeps a KV cache of its own in step with the target's (DFlash)
 
     @property

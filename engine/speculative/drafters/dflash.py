@@ -38,7 +38,7 @@ from gguf_tools.dflash import DFLASH2
 
 from ..params import DFLASH
 from .base import Drafter, Lattice, Proposal, SeqView
-from .dflash_fit import HINT, DraftRefused, inspect_draft  # noqa: F401  (DraftRefused: what callers catch)
+from .dflash_fit import HINT, DraftInfo, DraftRefused, inspect_draft  # noqa: F401  (DraftRefused: what callers catch)
 
 MAX_PENDING = 512  # observed rows a sequence keeps before injecting anyway (~6 MB for SmolLM2's 5 taps)
 
@@ -78,6 +78,7 @@ class DFlashDrafter(Drafter):
     """A DFlash draft (2 or v1) for one target model, drafting for all its sequences."""
 
     name = DFLASH
+    info: DraftInfo  # always, where the base class has None
     follows_kv = True  # its draft KV holds the injected features of every committed row
 
     def __init__(self, draft_path: str, target: Model, *, n_ubatch: int = 64, verbose: bool = False):
@@ -125,6 +126,12 @@ class DFlashDrafter(Drafter):
             self.ctx = None
         self.model.close()
 
+    @property
+    def dctx(self) -> DraftContext:
+        """The draft context; every caller runs after attach() (the loop attaches before the first step)."""
+        assert self.ctx is not None, "the DFlash drafter is not attached"
+        return self.ctx
+
     def _attached(self) -> Context:
         if self.ctx is None or self.tctx is None:
             raise DraftStepError("the DFlash drafter is not attached to a target context")
@@ -139,7 +146,7 @@ class DFlashDrafter(Drafter):
         """Last position in the draft KV of `seq_id` (-1: empty), after injecting what it kept."""
         self._attached()
         self._flush([self._seq(seq_id)], strict=True)
-        return self.ctx.pos_max(seq_id)
+        return self.dctx.pos_max(seq_id)
 
     # -- Drafter ------------------------------------------------------------------------
 
@@ -195,8 +202,8 @@ class DFlashDrafter(Drafter):
             first, n = pend.first, pend.n_rows
             pend.n_rows = 0  # the buffer stays for the next rows
             # drop the previous draft block (and anything the target re-decoded), then require continuity
-            self.ctx.forget(seq_id, first)
-            have = self.ctx.pos_max(seq_id)
+            self.dctx.forget(seq_id, first)
+            have = self.dctx.pos_max(seq_id)
             if first != have + 1:
                 if strict:
                     raise DraftStepError(f"sequence {seq_id} resumes at position {first} but the draft "
@@ -209,7 +216,7 @@ class DFlashDrafter(Drafter):
             return broken
         feats = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)  # [R, n_enc]
         for start in range(0, len(order), self.n_ubatch):
-            self.ctx.inject(order[start:start + self.n_ubatch], feats[start:start + self.n_ubatch])
+            self.dctx.inject(order[start:start + self.n_ubatch], feats[start:start + self.n_ubatch])
         return broken
 
     def propose(self, seqs: list[SeqView], n_draft: int, unary: bool = False) -> list[Proposal]:
@@ -237,8 +244,8 @@ class DFlashDrafter(Drafter):
             if sv.pos + width > self.n_ctx_seq:
                 out[i] = Proposal(skipped="no room for a block before the end of the context")
                 continue
-            self.ctx.forget(seq_id, sv.pos)  # a stale block from a previous call
-            if seq_id in broken or self.ctx.pos_max(seq_id) != sv.pos - 1:
+            self.dctx.forget(seq_id, sv.pos)  # a stale block from a previous call
+            if seq_id in broken or self.dctx.pos_max(seq_id) != sv.pos - 1:
                 out[i] = Proposal(skipped="draft KV does not reach the anchor (rows not observed)")
                 continue
             ready.append(i)
@@ -258,7 +265,7 @@ class DFlashDrafter(Drafter):
         [width, n_embd]; with unary, the candidates' draft logits [width - 1, K]), or for a v1
         draft each block's path [width - 1], and the decode's milliseconds."""
         logits = unary or self.kind != DFLASH2
-        batch = self.ctx.tokens
+        batch = self.dctx.tokens
         batch.clear()
         for sv in seqs:
             for j in range(width):
@@ -267,14 +274,14 @@ class DFlashDrafter(Drafter):
                 batch.add(sv.tokens[-1] if j == 0 else self.info.mask_token_id, sv.pos + j, sv.seq_id, logits)
         t0 = time.perf_counter()
         try:
-            self.ctx.decode()
+            self.dctx.decode()
         except GenerationFailed as e:
             raise DraftStepError(e.message) from None
         if self.kind != DFLASH2:  # plain DFlash: each slot's top-1 (first of tied maxima)
-            paths = [[int(np.argmax(self.ctx.logits_row(j * width + t))) for t in range(1, width)]
+            paths = [[int(np.argmax(self.dctx.logits_row(j * width + t))) for t in range(1, width)]
                      for j in range(len(seqs))]  # [n_blocks][width - 1]; argmax syncs with the decode
             return paths, (time.perf_counter() - t0) * 1e3
-        rows = self.ctx.lattice_rows()  # [n_blocks * B, n_embd]
+        rows = self.dctx.lattice_rows()  # [n_blocks * B, n_embd]
         ms = (time.perf_counter() - t0) * 1e3
         if rows is None:
             raise DraftStepError("the draft produced no lattice (is this a DFlash 2 draft?)")
@@ -284,7 +291,7 @@ class DFlashDrafter(Drafter):
             lat = Lattice(rows[j * width:(j + 1) * width].copy(), K)  # a copy: the next decode overwrites rows
             if unary:
                 cand = lat.rows[1:, :K].astype(np.int64)  # [width-1, K] candidate ids stored as floats
-                lat.unary = np.stack([self.ctx.logits_row(j * width + t + 1)[cand[t]]
+                lat.unary = np.stack([self.dctx.logits_row(j * width + t + 1)[cand[t]]
                                       for t in range(width - 1)])  # [width-1, K]
             out.append(lat)
         return out, ms
@@ -295,8 +302,8 @@ class DFlashDrafter(Drafter):
         kept) when the draft KV does not hold every one of them."""
         self._attached()
         broken = self._flush([self._seq(seq_id)])  # rows observed but not yet injected
-        self.ctx.forget(seq_id, n)
-        if seq_id in broken or self.ctx.pos_max(seq_id) != n - 1:
+        self.dctx.forget(seq_id, n)
+        if seq_id in broken or self.dctx.pos_max(seq_id) != n - 1:
             self.forget(seq_id)
             return False
         return True
@@ -305,4 +312,4 @@ class DFlashDrafter(Drafter):
         """Drop every draft KV cell of the sequence (it ended or was cancelled)."""
         self._attached()
         self.pending.pop(self._seq(seq_id), None)  # its buffer goes too: the next request may never draft
-        self.ctx.forget(seq_id)
+        self.dctx.forget(seq_id)

@@ -47,7 +47,7 @@ class _Follow:
 
     def __init__(self, grammar: gbnf.Recognizer, text: str):
         self.g, self.text = grammar, text
-        self.state = grammar.start()
+        self.state: frozenset | None = grammar.start()  # None: lost (text the grammar refuses)
         self.seen: list[int] = []  # the output tokens followed
         self.prev = ""  # the last character followed
         self.habit = dict(HABIT)
@@ -89,7 +89,7 @@ class _Follow:
     def _forced(self, st, prev: str, limit: int):
         """From state `st`: the forced text (blanks by habit), the state where it stops, and the few
         characters one of which comes next there (None: free text, or the grammar may end)."""
-        out = []
+        out: list[str] = []
         while st and len(out) < limit:
             if self._copying(st):
                 return "".join(out), st, None
@@ -120,7 +120,8 @@ class _Follow:
         """From state `st` inside a copy: the copy's unique continuation, cut where the value seems to
         end; the state after it, with the copy's closing character taken when the cut is there and
         that character is the only way out (ended); and the few characters that may follow."""
-        run, states = [], [st]
+        run: list[str] = []
+        states = [st]
         while len(run) < limit:
             inside, _ = self.g.split_chars(states[-1], self.copies)
             if not inside or len(inside) != 1:
@@ -200,6 +201,7 @@ class GrammarDrafter(Drafter):
         out = view.tokens[view.n_prompt:]
         f = self._seqs.get(view.seq_id)
         # a new request in this sequence (another grammar, or an output that is not this one's)
+        assert view.grammar is not None, "propose() asks only for a request with a grammar"
         if f is None or f.text is not view.grammar and f.text != view.grammar or out[:len(f.seen)] != f.seen:
             t0 = time.perf_counter()
             try:
