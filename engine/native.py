@@ -14,7 +14,7 @@ out, read in place without a copy. Layout and semantics: native/include/flashdes
 from __future__ import annotations
 
 import ctypes
-from typing import NamedTuple, Union
+from typing import NamedTuple, NoReturn, Union
 
 import numpy as np
 
@@ -58,7 +58,7 @@ def _load() -> ctypes.CDLL:
         raise NativeLibraryError(f"the installed native library has API {lib.fd_api_version()}, this code "
                                  f"needs {API_VERSION}. HINT: re-run `pip install -e .` to rebuild it.")
     # Pointers are passed as plain addresses (c_void_p): cheaper than ctypes pointer objects.
-    sel = [_vp, _i64, _i32, _i32, _f32, _vp, _vp, _vp]
+    sel: list[type[ctypes._SimpleCData]] = [_vp, _i64, _i32, _i32, _f32, _vp, _vp, _vp]
     # fd_status fd_select_walk(const float *lattice, int64_t stride, int32_t T, int32_t K,
     #                          float temperature, int32_t *idx, int32_t *ids, float *q);
     lib.fd_select_walk.argtypes = sel
@@ -116,7 +116,7 @@ def _check(status: int, what: str) -> None:
                               "or a broken model output, not something a request can fix; please report it.")
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     raise NativeCallError(msg)
 
 
@@ -203,6 +203,7 @@ def select_sample(lattice: Lattice, T: int, K: int, temperature: float, uniforms
     ptr, stride = _lattice(lattice, T, K)
     uniforms = _small(uniforms, np.float32, (T,), "uniforms")  # [T]
     idx, ids, q = _outputs(T, K, True)
+    assert q is not None  # asked for
     _check(lib.fd_select_sample(ptr, stride, T, K, temperature, _addr(uniforms), _addr(idx), _addr(ids),
                                 _addr(q)), "fd_select_sample")
     return idx, ids, q

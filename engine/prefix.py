@@ -25,6 +25,8 @@ busy sequences' steps"; no cross-sequence copies (llama_memory_seq_cp) yet.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from .chunks import Chunks
 from .llama.context import Context
 
@@ -43,7 +45,7 @@ def runs(seq_ids) -> int:
     return sum(1 for i, s in enumerate(ids) if i == 0 or s != ids[i - 1] + 1)
 
 
-def best_slot(free: list, prompt: list[int], chunks: Chunks, busy: list[int] = (), gap_tokens: float | None = None):
+def best_slot(free: list, prompt: list[int], chunks: Chunks, busy: Sequence[int] = (), gap_tokens: float | None = None):
     """The free slot for `prompt`: the longest reusable kept prefix, less `gap_tokens` for each
     run of busy sequence ids it adds. Over this KV cache llama.cpp computes a decode in ubatches of
     consecutive ids (speculative/costs.py: ubatches), so a gap among the busy ones splits each of

@@ -66,9 +66,10 @@ class DFA:
         """Is `text` in the language? (For checks and tests; the grammar is what enforces it.)"""
         state = 0
         for ch in text:
-            state = next((t for cs, t in self.trans[state] if any(lo <= ord(ch) <= hi for lo, hi in cs)), None)
-            if state is None:
+            nxt = next((t for cs, t in self.trans[state] if any(lo <= ord(ch) <= hi for lo, hi in cs)), None)
+            if nxt is None:
                 return False
+            state = nxt
         return state in self.accept
 
 
@@ -84,7 +85,7 @@ def length_dfa(lo: int, hi: int | None) -> DFA:
 def split_edges(edge_lists) -> list[tuple[Charset, tuple]]:
     """Edge lists [[(charset, target)]] -> [(charset, targets)]: the intervals the edges cut, grouped
     by what reads them; targets has one frozenset per list (empty: none of its edges does)."""
-    by_set = [{} for _ in edge_lists]  # per list: charset -> targets
+    by_set: list[dict[Charset, set[int]]] = [{} for _ in edge_lists]  # per list: charset -> targets
     for k, edges in enumerate(edge_lists):
         for cs, target in edges:
             by_set[k].setdefault(cs, set()).add(target)
@@ -128,7 +129,9 @@ def _cut(sets: tuple) -> list[tuple[Charset, frozenset]]:
 
 def _product(a: DFA, b: DFA, both: bool):
     """Reachable pairs of states of a and b (b's dead state None unless `both`): (pairs, trans)."""
-    index, order, trans = {(0, 0): 0}, [(0, 0)], []
+    index: dict[tuple[int, int | None], int] = {(0, 0): 0}
+    order: list[tuple[int, int | None]] = [(0, 0)]
+    trans: list[list] = []
     while len(trans) < len(order):
         x, y = order[len(trans)]
         row = []
@@ -270,7 +273,8 @@ def to_gbnf(d: DFA, name: str, json_string: bool = True) -> list[str]:
     class, gets a rule of its own (name-cN), shared by every state that reads it."""
     assert d.accept, "the empty language has no grammar"
     rule = [name] + [f"{name}-{i}" for i in range(1, d.size)]
-    lines, shared = [], {}
+    lines: list[str] = []
+    shared: dict[Charset, str] = {}
     for s, row in enumerate(d.trans):
         if s and not row:
             continue  # an end: the edges into it name no rule

@@ -39,6 +39,9 @@ class GrammarError(ValueError):
 # An element: ("c", intervals, negated) a character set, ("r", rule id) a reference.
 # A position: (rule id, alternative, index); a stack: a tuple of positions, top last.
 
+# The body of a rule that is named but not defined yet: compared by identity (an empty body is a defined rule)
+UNDEFINED: list[tuple] = []
+
 
 class Recognizer:
     """A parsed GBNF grammar: rules[rid] = list of alternatives, each a tuple of elements."""
@@ -48,7 +51,7 @@ class Recognizer:
         self.rules: list[list[tuple]] = []
         _Parser(self, text).parse()
         for name, rid in self.names.items():
-            if rid < len(self.rules) and self.rules[rid] is None:
+            if rid < len(self.rules) and self.rules[rid] is UNDEFINED:
                 raise GrammarError(f"rule {name!r} is used but never defined")
         if root not in self.names:
             raise GrammarError(f"no rule {root!r}")
@@ -57,7 +60,7 @@ class Recognizer:
     def rule_id(self, name: str) -> int:
         if name not in self.names:
             self.names[name] = len(self.rules)
-            self.rules.append(None)
+            self.rules.append(UNDEFINED)
         return self.names[name]
 
     def new_rule(self, alternatives: list[tuple]) -> int:
@@ -91,7 +94,7 @@ class Recognizer:
                 todo.append(rest + ((elem[1], a, 0),) if body else rest)
         return frozenset(out)
 
-    def start(self) -> frozenset:
+    def start(self) -> frozenset | None:
         return self.expand([((self.root, a, 0),) if body else () for a, body in enumerate(self.rules[self.root])])
 
     def advance(self, stacks: frozenset, ch: str) -> frozenset | None:
@@ -160,7 +163,7 @@ class _Parser:
                 raise GrammarError(f"expected ::= after {m.group()!r}")
             self.i += 3
             rid = self.g.rule_id(m.group())
-            if self.g.rules[rid] is not None:
+            if self.g.rules[rid] is not UNDEFINED:
                 raise GrammarError(f"rule {m.group()!r} is defined twice")
             self.g.rules[rid] = []  # defined (filled below): a self-reference is not "undefined"
             self.g.rules[rid] = self.compile(self.alternates())
@@ -180,7 +183,7 @@ class _Parser:
     def alternates(self) -> list[list]:
         """One rule's body as nodes, with explicit stacks for parentheses."""
         s = self.s
-        frames = [([], [])]  # (alternatives so far, the current sequence) per open parenthesis
+        frames: list[tuple[list, list]] = [([], [])]  # (alternatives so far, the current sequence) per open parenthesis
         self.space(newlines=True)
         while True:
             alts, seq = frames[-1]
@@ -224,7 +227,8 @@ class _Parser:
 
     def chars(self, end: str) -> list[str]:
         """Characters up to the closing `end` (a literal), escapes decoded."""
-        out, s = [], self.s
+        out: list[str] = []
+        s = self.s
         while True:
             if self.i >= len(s):
                 raise GrammarError("unterminated literal")
@@ -250,7 +254,8 @@ class _Parser:
         return _ESC[c]
 
     def char_class(self) -> tuple:
-        s, ivals = self.s, []
+        s = self.s
+        ivals: list[tuple[int, int]] = []
         while True:
             if self.i >= len(s):
                 raise GrammarError("unterminated character class")
@@ -301,13 +306,13 @@ class _Parser:
         if kind == "seq":
             return self.elements(node[1], queue)
         if kind == "alt":
-            rid = self.g.new_rule(None)
+            rid = self.g.new_rule(UNDEFINED)
             queue.append((rid, node[1]))
             return (("r", rid),)
         _, inner, lo, hi = node
         x = self.node(inner, queue)
         if hi is None:  # R ::= x R | (empty)
-            rid = self.g.new_rule(None)
+            rid = self.g.new_rule(UNDEFINED)
             self.g.rules[rid] = [x + (("r", rid),), ()]
             return x * lo + (("r", rid),)
         if hi < lo:

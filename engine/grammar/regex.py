@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import functools
 import re
-from re import _constants as sre
-from re import _parser
+# sre's own parser: private modules of the standard library, which typeshed leaves out
+from re import _constants as sre  # type: ignore[attr-defined]
+from re import _parser  # type: ignore[attr-defined]
 
 from .automaton import DFA, EVERYTHING, MAX_CODE, MAX_STATES, Charset, TooComplex, charset, minimal, negate, split_edges
 
@@ -186,7 +187,8 @@ def _determinise(nfa: _NFA, start: int, accept: int) -> DFA:
         return frozenset(seen)
 
     first = closure({(start, False)}, True)
-    index, order, trans = {first: 0}, [first], []
+    index, order = {first: 0}, [first]
+    trans: list[list] = []
     while len(trans) < len(order):
         here = order[len(trans)]
         edges = [(cs, t) for q, locked in here if not locked for cs, t in nfa.edges[q]]

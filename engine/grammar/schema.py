@@ -186,7 +186,8 @@ def _to_grammar(schema: dict) -> tuple[str, tuple]:
     prefix = "ref"  # rules for $ref targets; no property rule may start with it
     while any(llama_grammar.INVALID_RULE_CHARS_RE.sub("-", n).startswith(prefix) for n in walk.names):
         prefix += "x"
-    names, defs = {}, {}  # target pointer -> rule name; rule name -> target node
+    names: dict[str, str] = {}  # target pointer -> rule name
+    defs = {}  # rule name -> target node
     for node, ptr in walk.refs:
         target = unquote(node["$ref"][1:])
         if target not in walk.nodes:
@@ -329,7 +330,10 @@ def _node(body: dict, ptr: str, walk: _Walk, depth: int) -> dict:
             spec = copy.Copy.read(body[copy.KEYWORD])
         except ValueError as e:
             raise _bad(f'"{copy.KEYWORD}" {_at(ptr)} {e}') from None
-        walk.own.append((out, lambda name: (spec.expression(walk.copy_rule), [])))
+        def own(name):
+            assert walk.copy_rule is not None  # named (grammar_of) before any rule of its own is written
+            return spec.expression(walk.copy_rule), []
+        walk.own.append((out, own))
     elif kind == "copy-number":
         if body[copy.KEYWORD] is not True:
             raise _bad(f'"{copy.KEYWORD}" {_at(ptr)} must be true on an integer (a separator joins strings)')

@@ -66,7 +66,9 @@ class ChatTemplate:
         if not self._knows_developer:
             messages = [m | {"role": "system"} if m["role"] == "developer" else m for m in messages]
         try:
-            return self._fmt(messages=messages, **(self.variables | (variables or {}))).prompt
+            # llama_cpp types messages as its OpenAI TypedDicts; these are plain dicts, checked above
+            return self._fmt(messages=messages,  # type: ignore[arg-type]
+                             **(self.variables | (variables or {}))).prompt
         except (jinja2.TemplateError, ValueError, TypeError) as e:
             # Templates reject some conversations on purpose (raise_exception), e.g. bad role order.
             raise InvalidRequest(f"the model's chat template rejected these messages: {e}",

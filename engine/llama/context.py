@@ -154,7 +154,7 @@ class Context:
         # recurrent memory: snapshots per sequence (llama.cpp clamps to 0 where the arch has none)
         self.rollback = int(llama_cpp.llama_n_rs_seq(self.ptr)) if model.recurrent else None
         self._last: dict[int, int] = {}  # seq_id -> first position of its last decode (recurrent memory)
-        self._abort = None  # set_abort's ctypes callback: llama.cpp holds only its address
+        self._abort: object = None  # set_abort's ctypes callback: llama.cpp holds only its address
 
     def set_abort(self, flag: Callable[[], bool] | None) -> None:
         """While `flag()` is true, llama.cpp gives up a decode between graph nodes (status 2, which
@@ -181,7 +181,7 @@ class Context:
         # Waiting here keeps the timings honest (verify time is the target's, not Python's).
         llama_cpp.llama_synchronize(self.ptr)
 
-    def logits_ptr(self, row: int) -> ctypes.POINTER(ctypes.c_float):
+    def logits_ptr(self, row: int) -> ctypes._Pointer[ctypes.c_float]:
         """Logits of batch row `row` of the last decode: [n_vocab] floats, owned by llama.cpp."""
         return llama_cpp.llama_get_logits_ith(self.ptr, row)
 
@@ -193,6 +193,7 @@ class Context:
         n_vocab = self.model.n_vocab
         first = ctypes.cast(self.logits_ptr(rows[0]), ctypes.c_void_p).value
         last = ctypes.cast(self.logits_ptr(rows[-1]), ctypes.c_void_p).value
+        assert first is not None and last is not None, "llama.cpp has logits for these rows"
         if last - first == 4 * n_vocab * (len(rows) - 1):
             return np.ctypeslib.as_array(ctypes.cast(first, ctypes.POINTER(ctypes.c_float)),
                                          shape=(len(rows), n_vocab))  # [n, V] in place
@@ -267,7 +268,7 @@ class Context:
     def close(self) -> None:
         if getattr(self, "batch", None) is not None:
             self.batch.free()
-            self.batch = None
+            del self.batch  # closed: the getattr above finds none
         if getattr(self, "ptr", None):
             llama_cpp.llama_free(self.ptr)
             self.ptr = None

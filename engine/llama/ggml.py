@@ -13,6 +13,7 @@ import functools
 import hashlib
 import logging
 import re
+from typing import Any
 
 import llama_cpp
 
@@ -48,7 +49,7 @@ def _text(b: bytes | None) -> str:
 @functools.cache
 def devices() -> dict:
     """Devices and compiled-in backends; they do not change while the process runs."""
-    out = {"devices": [], "backends": [], "devices_error": None}
+    out: dict[str, Any] = {"devices": [], "backends": [], "devices_error": None}
     try:
         lib = _ggml()
         out["backends"] = [_text(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)))
