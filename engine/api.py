@@ -27,13 +27,24 @@ LOCAL = Capabilities(close_within=True, logprobs=True, backend=False)
 class EngineAPI(Protocol):
     capabilities: Capabilities
     totals: Totals  # running totals for /metrics
-    n_ctx: int | None  # context per request; None: a backend that does not say
+
+    @property
+    def n_ctx(self) -> int | None:  # read-only here, so an engine may say `int`
+        """Context per request; None: a backend that does not say."""
+
+    @property
+    def description(self) -> str:
+        """What answers, in words for the log: the model file's own description, or the backend and its model."""
 
     def render_chat(self, messages: list[dict], variables: dict | None = None) -> str | ChatPrompt:
         """The chat as the engine's prompt: rendered text here, the messages themselves for a backend.
         `variables`: chat-template variables for this prompt only (a backend's template is its own)."""
 
     def tokenize_prompt(self, prompt: str | list[int]) -> list[int]: ...
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one of its token ids as they appear in text. A backend's answers carry their
+        pieces instead (StreamEvent.pieces), and it raises UnsupportedWithBackend."""
 
     def submit(self, req: GenerationRequest) -> GenerationRequest:
         """Validate and queue `req`; its events go to `req.sink`. Raises EngineError for a bad request."""

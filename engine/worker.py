@@ -124,6 +124,10 @@ class Engine:
     def info(self) -> ModelInfo:
         return self.model.info
 
+    @property
+    def description(self) -> str:
+        return self.model.info.description
+
     # -- caller side -----------------------------------------------------------------
 
     def render_chat(self, messages: list[dict], variables: dict | None = None) -> str:
@@ -140,6 +144,9 @@ class Engine:
         bos = self.chat_template.bos_text if self.chat_template else ""
         add_bos = None if not (bos and prompt.startswith(bos)) else False  # template wrote BOS itself
         return self.model.tokenize(prompt, add_bos=add_bos)
+
+    def piece(self, token: int) -> bytes:
+        return self.model.piece(token)
 
     def submit(self, req: GenerationRequest) -> GenerationRequest:
         """Validate, tokenize and queue `req`; raises EngineError for a bad request."""

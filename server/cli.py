@@ -104,20 +104,21 @@ def cmd_catalog(a) -> int:
     seen = []
     for o in offers:
         e = cat.get(o.name)
+        assert e is not None  # tiers.offers offers the catalog's own entries
         lic = e.license + (f" / {e.draft.license}" if e.draft else "")
         mark = "installed" if o.name in installed else ("yes" if o.fits else "no")
         tok_s = f"{o.speed.tokens_per_s:6.1f}" if o.speed else f"{'-':>6}"
-        got = installed[o.name].measured() if o.name in installed else None
-        seen += [(o.name, got)] if got else []
+        ran = installed[o.name].measured() if o.name in installed else None
+        seen += [(o.name, ran)] if ran else []
         print(f"{o.name:18} {o.download_bytes / 1e9:8.1f}G {o.memory_bytes / 1e9:7.1f}G  {mark:4} {tok_s} "
-              f"{o.draft_kind or 'lookup':8} {f'{got.speedup:.2f}x' if got else '-':>8}  {lic}")
+              f"{o.draft_kind or 'lookup':8} {f'{ran.speedup:.2f}x' if ran else '-':>8}  {lic}")
     if seen:  # only what ran here: a model never run has no figure, whatever its draft promises elsewhere
         print("\nMEASURED: how much faster speculation made this computer's last answers with the model.")
-        for name, got in seen:
-            d = got.draft
+        for name, ran in seen:
+            d = ran.draft
             draft = f"; {d['speedup']:.2f}x over the {d['answers']} its draft drafted for" if d else ""
-            print(f"  {name}: {got.speedup:.2f}x over {got.answers} answers{draft}, as of "
-                  f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(got.at))}")
+            print(f"  {name}: {ran.speedup:.2f}x over {ran.answers} answers{draft}, as of "
+                  f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(ran.at))}")
     for f, why in cat.problems:
         print(f"warning: {f} skipped: {why}", file=sys.stderr)
     return 0

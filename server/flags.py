@@ -24,7 +24,10 @@ from pydantic.fields import FieldInfo
 
 
 def flag_name(name: str, field: FieldInfo) -> str:
-    return "--" + ((field.json_schema_extra or {}).get("flag") or name).replace("_", "-")
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}  # ours are dicts
+    flag = extra.get("flag") or name
+    assert isinstance(flag, str), flag
+    return "--" + flag.replace("_", "-")
 
 
 def _help(field: FieldInfo, env: str) -> str:

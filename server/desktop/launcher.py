@@ -27,6 +27,7 @@ import urllib.request
 import webbrowser
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
+from typing import Any
 
 from engine.models.catalog import CATALOG, DEFAULT_MODEL
 from engine.errors import ModelNotFound
@@ -138,7 +139,8 @@ def run(home: str | None = None, port: int | None = None, model: str | None = No
     from ..http.app import create_app
     from . import window as app_window  # `window` is this function's flag
 
-    settings = Settings(**{k: v for k, v in {"home": home, "model": model}.items() if v is not None})
+    given: dict[str, Any] = {k: v for k, v in {"home": home, "model": model}.items() if v is not None}
+    settings = Settings(**given)  # the rest from the environment and Settings' defaults
     store = ModelStore(settings.home)
     log_path = log_to_file(store.home)
     other = running_instance(store.home)

@@ -111,7 +111,9 @@ class AppWindow:
         window and its Tcl interpreter are freed when the caller lets go of them, on this thread.
         Left to the cyclic garbage collector, they could be freed on the server's thread while it
         shuts down, and Tcl aborts the whole process ("async handler deleted by the wrong thread")."""
-        self._running, self._stop, self._stopping = server_running, stop, False
+        self._running: Callable[[], bool] | None = server_running  # None again once run() returns
+        self._stop: Callable[[], None] | None = stop
+        self._stopping = False
         self.root.after(POLL_MS, self._poll)
         try:
             self.root.mainloop()
@@ -119,6 +121,7 @@ class AppWindow:
             self._running = self._stop = None
 
     def _poll(self) -> None:
+        assert self._running is not None and self._stop is not None  # polled only while run() runs
         if self.quit_requested and not self._stopping:
             self._stopping = True
             self.heading.configure(text=self.words["stopping"])

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import overload
 
 from engine import Usage
+from engine.grammar.schema import Constraint
 from engine.speculative.params import SpecReport
 
 
@@ -21,6 +23,10 @@ def finish(reason: str | None) -> str | None:
     return None if reason is None else ("length" if reason == "length" else "stop")
 
 
+@overload
+def usage(u: Usage) -> dict: ...
+@overload
+def usage(u: Usage | None) -> dict | None: ...
 def usage(u: Usage | None) -> dict | None:
     if u is None:
         return None
@@ -52,7 +58,11 @@ def speculation(s: SpecReport) -> dict:
     }
 
 
-def structured(constraint, text: str, reason: str | None) -> dict | None:
+@overload
+def structured(constraint: Constraint, text: str, reason: str | None) -> dict: ...
+@overload
+def structured(constraint: Constraint | None, text: str, reason: str | None) -> dict | None: ...
+def structured(constraint: Constraint | None, text: str, reason: str | None) -> dict | None:
     """flashdesk extension on a choice with a response_format: whether its content is a
     complete, valid answer. Output cut off by max_tokens is never reported valid."""
     if constraint is None:
@@ -89,7 +99,7 @@ def chat_chunk(cid: str, model: str, created: int, delta: dict, reason: str | No
     }
 
 
-def usage_chunk(cid: str, obj: str, model: str, created: int, u: Usage) -> dict:
+def usage_chunk(cid: str, obj: str, model: str, created: int, u: Usage | None) -> dict:
     return {"id": cid, "object": obj, "created": created, "model": model, "choices": [], "usage": usage(u)}
 
 

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from engine import GenerationRequest, SamplingParams
+from engine import ChatPrompt, GenerationRequest, SamplingParams
 from engine.speculative.params import MAX_BLOCK, SpecParams
 
 from ..runtime.speculation import Mode, Selector
@@ -52,7 +52,7 @@ class Speculative(_Strict):
 
     mode: Mode = SpecParams.mode
     selector: Selector | None = SpecParams.selector
-    block: int | None = Field(SpecParams.block, ge=2, le=MAX_BLOCK)
+    block: int | None = Field(default=SpecParams.block, ge=2, le=MAX_BLOCK)
 
     def params(self) -> SpecParams:
         return SpecParams(self.mode, self.selector, self.block)
@@ -84,6 +84,11 @@ class _Sampling(_Strict):
         if any(not s for s in stops):
             raise ValueError("stop strings must not be empty")
         return stops
+
+    def stops(self) -> list[str]:
+        """`stop` as a list: its validator makes one of whatever a client sends, but the default (None) is
+        not validated; the engine and the backend read None and [] alike (no stop strings)."""
+        return self.stop if isinstance(self.stop, list) else []
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
@@ -118,8 +123,8 @@ class ChatCompletionRequest(_Sampling):
         """What the user wrote, message by message: the texts copy fields copy from."""
         return [m.text() for m in self.messages if m.role == "user"]
 
-    def to_engine(self, prompt: str, grammar: str | None = None) -> GenerationRequest:
-        return GenerationRequest(prompt, self.limit(), self.sampling(), self.stop, self.spec(), grammar=grammar,
+    def to_engine(self, prompt: str | ChatPrompt, grammar: str | None = None) -> GenerationRequest:
+        return GenerationRequest(prompt, self.limit(), self.sampling(), self.stops(), self.spec(), grammar=grammar,
                               response_format=self.response_format if grammar else None)
 
 
@@ -129,4 +134,4 @@ class CompletionRequest(_Sampling):
     echo: Literal[False] = False
 
     def to_engine(self) -> GenerationRequest:
-        return GenerationRequest(self.prompt, self.limit(), self.sampling(), self.stop, self.spec())
+        return GenerationRequest(self.prompt, self.limit(), self.sampling(), self.stops(), self.spec())

@@ -49,7 +49,7 @@ def allowed_host_names(settings: Settings) -> set[str] | None:
         name = socket.gethostname()
         names |= {name.lower(), socket.getfqdn().lower()}
         try:
-            names |= {info[4][0] for info in socket.getaddrinfo(name, None)}
+            names |= {str(info[4][0]) for info in socket.getaddrinfo(name, None)}  # the address: a str
         except OSError:
             pass
     else:

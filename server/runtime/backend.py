@@ -18,12 +18,13 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from typing import cast
 
 import httpx
 
 from engine import ChatPrompt, EngineError, GenerationRequest, InvalidRequest, StreamEvent, Usage
 from engine.errors import EngineStopped
+from engine.request import FinishReason
 from engine.speculative.params import AUTO
 from engine.api import Capabilities
 from engine.stats import EngineStats, SpeculationFacts, Totals
@@ -36,11 +37,6 @@ log = logging.getLogger("flashdesk.server")
 WATCH_S = 0.05  # how often the cancel flags are read: the local engine reads them once per step
 
 
-@dataclass(frozen=True)
-class RemoteInfo:
-    description: str
-
-
 class BackendEngine:
     """A backend server as an engine (engine/api.py EngineAPI), through its OpenAI-compatible API."""
 
@@ -51,7 +47,7 @@ class BackendEngine:
         self.url = backend_wire.base_url(url)
         self.model_name = ""  # what resolve() chose
         self.n_ctx: int | None = None  # the backend's context length, where it says (vLLM does)
-        self.info = RemoteInfo(f"the backend at {self.url}")
+        self.description = f"the backend at {self.url}"  # EngineAPI.description, for the log
         self.totals = Totals()  # as Engine.totals
         # llama-cpp-python's server takes a schema only as {"type": "json_object", "schema": ...}; once it has
         # refused OpenAI's json_schema, every schema is sent so (backend_wire.json_object_dialect)
@@ -89,6 +85,10 @@ class BackendEngine:
     def tokenize_prompt(self, prompt) -> list[int]:
         raise UnsupportedWithBackend("counting a prompt's tokens needs the model's tokenizer here; with "
                                      "--backend the backend counts them")
+
+    def piece(self, token: int) -> bytes:
+        raise UnsupportedWithBackend("a token's text needs the model's tokenizer here; with --backend the "
+                                     "answers carry their pieces")
 
     def submit(self, req: GenerationRequest) -> GenerationRequest:
         """Validate `req`, send it and wait until the backend accepts it; raises EngineError."""
@@ -137,7 +137,7 @@ class BackendEngine:
 
     def _named(self, model: str) -> None:
         self.model_name = model
-        self.info = RemoteInfo(f"the backend at {self.url}, model {model}")
+        self.description = f"the backend at {self.url}, model {model}"
 
     def stats(self) -> EngineStats:
         return EngineStats(active=len(self._active), queued=0, slots=None)  # the backend keeps its own queue
@@ -210,6 +210,8 @@ class BackendEngine:
         return resp
 
     async def _relay(self, req: GenerationRequest, resp: httpx.Response) -> None:
+        sink = req.sink
+        assert sink is not None  # submit() refuses a request without one
         first = last = None
         got, reason = None, None
         try:
@@ -227,7 +229,7 @@ class BackendEngine:
                     if text or tokens:
                         last = time.perf_counter()
                         first = first or last
-                        req.sink(StreamEvent(text=text, pieces=[b for b, _ in tokens] or None,
+                        sink(StreamEvent(text=text, pieces=[b for b, _ in tokens] or None,
                                              logprobs=[lp for _, lp in tokens] or None))
             except (httpx.HTTPError, ValueError) as e:  # the connection broke, or a chunk was not JSON
                 raise BackendFailed(f"the backend at {self.url} stopped mid-answer: {_why(e)}. "
@@ -236,7 +238,10 @@ class BackendEngine:
                 raise BackendFailed(f"the backend at {self.url} ended the answer without a finish reason. HINT: "
                                     "see the backend's own log; llama-cpp-python's server ends an answer whenever "
                                     "another request comes in unless it is started with --interrupt_requests False")
-            self._finish(req, StreamEvent(finish_reason=reason, usage=_usage(got, req.submitted_at, first, last)))
+            # passed on as the backend said it: one may name others than ours (vLLM's "abort"); the routes
+            # tell only "length" apart (openai_format.finish), and the audit log keeps the backend's word
+            said = cast(FinishReason, reason)
+            self._finish(req, StreamEvent(finish_reason=said, usage=_usage(got, req.submitted_at, first, last)))
         except BackendFailed as e:
             log.warning("%s", e.message)
             self._finish(req, StreamEvent(error=e))
@@ -252,6 +257,7 @@ class BackendEngine:
 
     def _finish(self, req: GenerationRequest, ev: StreamEvent) -> None:
         self.totals.count(ev)
+        assert req.sink is not None  # submit() refuses a request without one
         req.sink(ev)
 
     async def _watch(self) -> None:

@@ -10,16 +10,21 @@ from __future__ import annotations
 import asyncio
 from typing import AsyncIterator
 
-from engine import Completion, Engine, GenerationRequest, StreamEvent
+from engine import Completion, GenerationRequest, StreamEvent
+from engine.api import EngineAPI
 
 from ..http.errors import APIError
 
 
-async def submit(engine: Engine, req: GenerationRequest) -> asyncio.Queue:
+async def submit(engine: EngineAPI, req: GenerationRequest) -> asyncio.Queue[StreamEvent]:
     """Queue `req` (tokenizing off the event loop); raises EngineError for a bad request."""
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[StreamEvent] = asyncio.Queue()
-    req.sink = lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev)
+
+    def sink(ev: StreamEvent) -> None:
+        loop.call_soon_threadsafe(events.put_nowait, ev)
+
+    req.sink = sink
     await asyncio.to_thread(engine.submit, req)
     return events
 

@@ -41,10 +41,11 @@ BACKEND_RETRY_S = 2.0  # how often a backend that cannot be reached yet is asked
 # (settings, stop) -> (store entry, engine); `stop` is set when the server stops: a load then gives
 # up within a fraction of a second (EngineStopped). Tests may pass a loader that waits, to see the
 # loading state.
-Loader = Callable[[Settings, threading.Event], tuple[InstalledModel, Engine]]
+Loader = Callable[[Settings, threading.Event], tuple[InstalledModel, EngineAPI]]
 
 
 def load_backend(settings: Settings) -> tuple[InstalledModel, BackendEngine]:
+    assert settings.backend is not None  # load_engine's choice
     engine = BackendEngine(settings.backend, settings.backend_key.get_secret_value() if settings.backend_key else None)
     try:
         about = engine.resolve(settings.backend_model) or {}
@@ -58,7 +59,7 @@ def load_backend(settings: Settings) -> tuple[InstalledModel, BackendEngine]:
     return entry, engine
 
 
-def load_engine(settings: Settings, stop: threading.Event | None = None) -> tuple[InstalledModel, Engine]:
+def load_engine(settings: Settings, stop: threading.Event | None = None) -> tuple[InstalledModel, EngineAPI]:
     if settings.backend:
         return load_backend(settings)
     entry = ModelStore(settings.home).resolve(settings.model)
@@ -94,6 +95,11 @@ class Served:
     def via_backend(self) -> bool:
         """Whether a backend server answers instead of a local engine (then `engine` is a BackendEngine)."""
         return self.settings.backend is not None
+
+    def answering(self) -> tuple[EngineAPI, InstalledModel]:
+        """The engine and the model of a "ready" snapshot, such as Runtime.admit() yields."""
+        assert self.engine is not None and self.model is not None, self.status
+        return self.engine, self.model
 
     def names(self) -> set[str]:
         m = self.model
@@ -138,9 +144,9 @@ class Runtime:
                 engine.close()
                 return
             self.served = Served(settings, "ready", engine, model)
-        log.info("model %s ready (%s)", model.name, engine.info.description)
+        log.info("model %s ready (%s)", model.name, engine.description)
 
-    def _ask(self, settings: Settings) -> tuple[InstalledModel, Engine]:
+    def _ask(self, settings: Settings) -> tuple[InstalledModel, EngineAPI]:
         """The loader's answer. A backend that cannot be reached yet (a GPU server boots slower than we do)
         is asked again every BACKEND_RETRY_S while the status stays "loading", with the reason in `error`."""
         while True:
@@ -193,7 +199,7 @@ class Runtime:
             self._thread.start()
         log.info("switching the served model to %s", name)
 
-    def _switch(self, old: Engine | None, settings: Settings) -> None:
+    def _switch(self, old: EngineAPI | None, settings: Settings) -> None:
         if old is not None:
             old.close()  # frees its memory before the new model takes its own
         self._load(settings)
@@ -212,6 +218,7 @@ class Runtime:
             if now.status == "error":
                 raise APIError(503, f"no model could be loaded: {now.error}", code="model_unavailable")
             if requested_model and requested_model not in now.names():
+                assert now.model is not None  # set with the engine ("ready")
                 raise APIError(404, f"model {requested_model!r} is not served here; this server serves "
                                     f"{now.model.name!r} (see GET /v1/models)", code="model_not_found",
                                param="model")

@@ -31,6 +31,7 @@ https://owasp.org/www-community/attacks/CSV_Injection
 
 from __future__ import annotations
 
+import builtins
 import csv
 import io
 import json
@@ -190,7 +191,8 @@ class AuditLog:
         where, params = _where(**filters)  # validate now, not at the first next()
         return self._export(fmt, where, params)
 
-    def _export(self, fmt: str, where: str, params: list) -> Iterator[str]:
+    # builtins.list: in this class `list` is the method above
+    def _export(self, fmt: str, where: str, params: builtins.list) -> Iterator[str]:
         if fmt == "csv":
             yield "\ufeff" + _csv_line(CSV_COLUMNS)
         after: tuple[str, int] = ("", 0)  # keyset paging: no cursor held across yields or threads

@@ -105,6 +105,12 @@ class ConversationStore:
         """Around every write: a full or failing disk becomes ConversationWriteFailed."""
         return sqlite_file.writing(self.path, "chat history", ConversationWriteFailed)
 
+    def _existing(self, conversation_id: str) -> dict:
+        """_get() of a conversation this thread just wrote, under the lock: it is there."""
+        conv = self._get(conversation_id)
+        assert conv is not None, conversation_id
+        return conv
+
     def _require(self, conversation_id: str) -> dict:
         row = self._db.execute("SELECT title FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
         if row is None:
@@ -122,7 +128,7 @@ class ConversationStore:
             cid = f"c_{ms:012x}{secrets.token_hex(6)}"
             self._db.execute("INSERT INTO conversations (id, title, created_at, updated_at, settings) "
                              "VALUES (?, ?, ?, ?, ?)", (cid, title_text, now, now, settings_text))
-            return self._get(cid)
+            return self._existing(cid)
 
     def get(self, conversation_id: str) -> dict | None:
         """The conversation with its messages in seq order, or None."""
@@ -165,7 +171,7 @@ class ConversationStore:
             self._require(conversation_id)
             self._db.execute("UPDATE conversations SET title = ?, updated_at = ? WHERE id = ?",
                              (title_text, self._stamp()[1], conversation_id))
-            return self._get(conversation_id)
+            return self._existing(conversation_id)
 
     def update_settings(self, conversation_id: str, settings: dict) -> dict:
         """Replace (not merge) the settings: the UI sends its whole settings panel."""
@@ -174,7 +180,7 @@ class ConversationStore:
             self._require(conversation_id)
             self._db.execute("UPDATE conversations SET settings = ?, updated_at = ? WHERE id = ?",
                              (settings_text, self._stamp()[1], conversation_id))
-            return self._get(conversation_id)
+            return self._existing(conversation_id)
 
     def delete(self, conversation_id: str) -> None:
         """Delete the conversation and (ON DELETE CASCADE) its messages."""

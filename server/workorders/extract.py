@@ -19,8 +19,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from engine import (ChatPrompt, Completion, ContextLengthExceeded, Engine, GenerationRequest, InvalidRequest,
-                    SamplingParams)
+from engine import Completion, ContextLengthExceeded, GenerationRequest, InvalidRequest, SamplingParams
+from engine.api import EngineAPI
 from engine.grammar import copy
 from engine.speculative.params import SpecParams
 
@@ -67,15 +67,17 @@ class Outcome:
     sources: dict[str, list[list[int]]] = field(default_factory=dict)  # copy field -> spans of the message
 
 
-def request_for(engine: Engine, template: Template, text: str, sent: dt.date, language: str | None = None,
+def request_for(engine: EngineAPI, template: Template, text: str, sent: dt.date, language: str | None = None,
                 max_tokens: int | None = None, spec: SpecParams = SpecParams()) -> GenerationRequest:
     """Greedy, grammar-constrained, with token log-probabilities; raises ContextLengthExceeded."""
     rendered = engine.render_chat(prompt.messages(template, text, sent, language), TEMPLATE_VARIABLES)
-    if isinstance(rendered, ChatPrompt):  # a backend: it sizes the answer to its own context
+    if engine.capabilities.backend:  # it rendered a ChatPrompt, and sizes the answer to its own context
         # copy fields are checked after the fact there (review.py: not_in_message), not enforced
         fmt = {"type": "json_schema", "json_schema": {"name": template.name, "schema": copy.without(template.schema)}}
         return GenerationRequest(rendered, max_tokens, SamplingParams(temperature=0), [], spec, logprobs=True,
                               response_format=fmt)
+    # the local engine: the rendered text, and its context (EngineAPI.render_chat, n_ctx)
+    assert isinstance(rendered, str) and engine.n_ctx is not None
     ids = engine.tokenize_prompt(rendered)
     room = engine.n_ctx - len(ids)
     reserve = closing_reserve(template.schema)
@@ -91,7 +93,7 @@ def request_for(engine: Engine, template: Template, text: str, sent: dt.date, la
             "tokens of answer. HINT: send a shorter message (one order per request), or start the server with a "
             "larger --ctx", param="text")
     return GenerationRequest(ids, max_tokens, SamplingParams(temperature=0), [], spec,
-                             grammar=template.constraint.grammar_for([text]), logprobs=True, close_within=reserve)
+                             grammar=template.compiled.grammar_for([text]), logprobs=True, close_within=reserve)
 
 
 @dataclass
@@ -108,7 +110,7 @@ class Cut:
         return {"kept_chars": self.kept, "chars": self.chars, "lines": self.lines, "boundary": self.boundary}
 
 
-def fit_request(engine: Engine, template: Template, text: str, sent: dt.date, language: str | None = None,
+def fit_request(engine: EngineAPI, template: Template, text: str, sent: dt.date, language: str | None = None,
                 max_tokens: int | None = None, spec: SpecParams = SpecParams()
                 ) -> tuple[GenerationRequest, str, Cut | None]:
     """request_for on the whole text, else on its longest start that fits, ended at a line end
@@ -129,6 +131,7 @@ def fit_request(engine: Engine, template: Template, text: str, sent: dt.date, la
         refused = whole
     # A message cut anyway leaves the answer a quarter of the context (at most ANSWER_TOKENS),
     # not the bare minimum that would close a work order early; the minimum if nothing fits so.
+    assert engine.n_ctx is not None  # only the local engine's request_for refuses a length
     roomy = max_tokens or max(min(ANSWER_TOKENS, engine.n_ctx // 4), MIN_ANSWER_TOKENS,
                               2 * closing_reserve(template.schema))
     for answer in dict.fromkeys((roomy, max_tokens)):
@@ -179,7 +182,7 @@ def _resolve_date(template: Template, result: dict, text: str, sent: dt.date, no
     said = ", ".join(f"{m.text!r} = {m.date.isoformat()}" for m in mentions)
     if value != wrote:
         candidate = dict(result, **{key: value})
-        if not template.constraint.validate(json.dumps(candidate)):
+        if not template.compiled.validate(json.dumps(candidate)):
             result = candidate
             code = "date_from_message" if said else "date_none"
             notes.append((key, code, f"the model wrote {wrote!r}; from the message: {said or 'no date'}",
@@ -192,11 +195,11 @@ def _resolve_date(template: Template, result: dict, text: str, sent: dt.date, no
     return result
 
 
-def assess(engine: Engine, template: Template, done: Completion, text: str, sent: dt.date,
+def assess(engine: EngineAPI, template: Template, done: Completion, text: str, sent: dt.date,
            cut: Cut | None = None, shown: str | None = None) -> Outcome:
     """`text` is what the model read (fit_request's), so the checks look where the model looked;
     copy fields' sources are character spans of `shown` (the message as sent; default `text`)."""
-    errors = structured(template.constraint, done.text, done.finish_reason)["errors"]
+    errors = structured(template.compiled, done.text, done.finish_reason)["errors"]
     result = json.loads(done.text) if not errors else None
     confidence, repeats, unavailable = {}, 0, {}
     if not engine.capabilities.close_within:
@@ -204,12 +207,12 @@ def assess(engine: Engine, template: Template, done: Completion, text: str, sent
     if not engine.capabilities.logprobs and done.logprobs is None:
         unavailable["field_confidence"] = NO_CONFIDENCE
     if result is not None and done.logprobs:
-        pieces = done.pieces if done.pieces is not None else [engine.model.piece(t) for t in done.tokens]
+        pieces = done.pieces if done.pieces is not None else [engine.piece(t) for t in done.tokens]
         confidence = field_confidence(done.text, pieces, done.logprobs)
     notes: list[tuple[str, str, str, dict, bool]] = []  # (field, code, message, params, needs review)
     if result is not None:
         deduped, repeats = without_repeats(result)
-        if repeats and not template.constraint.validate(json.dumps(deduped)):  # e.g. a minItems holds
+        if repeats and not template.compiled.validate(json.dumps(deduped)):  # e.g. a minItems holds
             result = deduped
         else:
             repeats = 0

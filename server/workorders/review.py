@@ -84,12 +84,12 @@ def review(result: dict | None, problems: list[str], required: list[str], messag
         r.flag("model_says", "the answer itself says needs_review", "needs_review")
     _check_dates(result, sent, r)
     _check_copied(result, message, r)
-    for path, p in sorted(confidence.items()):
-        if p < LOW_CONFIDENCE:
-            text = f"uncertain {path} (the model's probability {p:.2f})"
-            r.warn(path, "uncertain", text, probability=round(p, 2))
+    for path, prob in sorted(confidence.items()):
+        if prob < LOW_CONFIDENCE:
+            text = f"uncertain {path} (the model's probability {prob:.2f})"
+            r.warn(path, "uncertain", text, probability=round(prob, 2))
             if any(_matches(path, req) for req in required):
-                r.flag("uncertain", text, path, probability=round(p, 2))
+                r.flag("uncertain", text, path, probability=round(prob, 2))
     return r
 
 

@@ -19,38 +19,52 @@ _WS = re.compile(r"[ \t\n\r]*")
 _decoder = json.JSONDecoder()
 
 
+def _skip_ws(s: str, i: int) -> int:
+    """Where the whitespace from `i` on ends (_WS matches the empty string too: never None)."""
+    m = _WS.match(s, i)
+    assert m is not None
+    return m.end()
+
+
+def _number_end(s: str, i: int) -> int:
+    """Where the JSON number at `i` ends (the text is valid JSON: one is there)."""
+    m = _NUMBER.match(s, i)
+    assert m is not None, f"no JSON number at {i}"
+    return m.end()
+
+
 def value_spans(text: str) -> list[tuple[int, int, str]]:
     out: list[tuple[int, int, str]] = []
-    _value(text, _WS.match(text, 0).end(), "", out)
+    _value(text, _skip_ws(text, 0), "", out)
     return out
 
 
 def _value(s: str, i: int, path: str, out: list) -> int:
     c = s[i]
     if c == "{":
-        i = _WS.match(s, i + 1).end()
+        i = _skip_ws(s, i + 1)
         while s[i] != "}":
             key, i = _decoder.raw_decode(s, i)
-            i = _WS.match(s, i).end() + 1  # the colon
-            i = _value(s, _WS.match(s, i).end(), f"{path}.{key}" if path else key, out)
-            i = _WS.match(s, i).end()
+            i = _skip_ws(s, i) + 1  # the colon
+            i = _value(s, _skip_ws(s, i), f"{path}.{key}" if path else key, out)
+            i = _skip_ws(s, i)
             if s[i] == ",":
-                i = _WS.match(s, i + 1).end()
+                i = _skip_ws(s, i + 1)
         return i + 1
     if c == "[":
-        i, n = _WS.match(s, i + 1).end(), 0
+        i, n = _skip_ws(s, i + 1), 0
         while s[i] != "]":
-            i = _WS.match(s, _value(s, i, f"{path}[{n}]", out)).end()
+            i = _skip_ws(s, _value(s, i, f"{path}[{n}]", out))
             n += 1
             if s[i] == ",":
-                i = _WS.match(s, i + 1).end()
+                i = _skip_ws(s, i + 1)
         return i + 1
     if c == '"':
         _, end = _decoder.raw_decode(s, i)
     elif c in "tfn":
         end = i + {"t": 4, "f": 5, "n": 4}[c]
     else:
-        end = _NUMBER.match(s, i).end()
+        end = _number_end(s, i)
     out.append((i, end, path))
     return end
 
@@ -97,7 +111,7 @@ def copied_from(result, fields: dict, text: str) -> dict[str, list[list[int]]]:
     out: dict[str, list[list[int]]] = {}
     for path, spec, value in copy_values(result, fields):
         if isinstance(value, int):
-            spans = [list(at)] if (at := copy.written(value, text)) else []
+            spans = [list(span)] if (span := copy.written(value, text)) else []
         else:
             spans = [[at, at + len(part)] for part in spec.parts(value) if part and (at := text.find(part)) >= 0]
         if spans:

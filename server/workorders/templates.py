@@ -52,6 +52,12 @@ class Template:
     examples: list[dict] = field(default_factory=list)  # {"text", "sent_date", "output"}
     date_field: str | None = None  # a top-level date property resolved from the message (dates.py)
 
+    @property
+    def compiled(self) -> Constraint:
+        """`constraint`, which every Template handed out here has (from_schema and load_file compile it)."""
+        assert self.constraint is not None, f"template {self.name!r} was not compiled"
+        return self.constraint
+
     def summary(self) -> dict:
         return {"name": self.name, "title": self.title, "description": self.description, "source": self.source,
                 "fields": list(self.schema.get("properties", {})), "review_required": self.required}
@@ -91,7 +97,7 @@ def load_file(path: Path, source: str) -> Template:
     if not all(isinstance(v, str) for v in texts.values()):
         raise ValueError("title, description and instructions must be strings")
     t = Template(name, texts["title"] or name, texts["description"], texts["instructions"] or DEFAULT_INSTRUCTIONS,
-                 data.get("schema"), required, source, guide=data.get("guide", "full"),
+                 data.get("schema") or {}, required, source, guide=data.get("guide", "full"),
                  examples=data.get("examples", []), date_field=data.get("date_field"))
     if t.guide not in ("full", "brief"):
         raise ValueError('guide must be "full" or "brief"')
@@ -118,6 +124,7 @@ def _example_problems(ex, constraint: Constraint) -> str:
     errors = constraint.validate(json.dumps(ex["output"]))
     if errors:
         return f"output does not match the schema: {errors[0]}"
+    assert constraint.schema is not None  # a json_schema constraint keeps its schema
     for path, spec, value in copy_values(ex["output"], copy.fields(constraint.schema)):
         if (value not in copy.numbers([ex["text"]]) if isinstance(value, int)
                 else any(part not in ex["text"] for part in spec.parts(value))):  # the model learns to copy them
@@ -129,10 +136,12 @@ def _compile(t: Template, param: str) -> Constraint:
     if not isinstance(t.schema, dict) or t.schema.get("type") != "object":
         raise InvalidRequest('the schema must describe an object ("type": "object")', param=param)
     try:
-        return compile_response_format({"type": "json_schema",
-                                        "json_schema": {"name": "workorder", "schema": t.schema}})
+        compiled = compile_response_format({"type": "json_schema",
+                                            "json_schema": {"name": "workorder", "schema": t.schema}})
     except InvalidRequest as e:
         raise InvalidRequest(e.message.replace("response_format.json_schema.schema", param), param=param) from None
+    assert compiled is not None  # a json_schema response_format always compiles to a Constraint
+    return compiled
 
 
 class TemplateStore:

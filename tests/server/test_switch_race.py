@@ -13,7 +13,6 @@ import threading
 import time
 from dataclasses import FrozenInstanceError
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -41,7 +40,7 @@ def two_models(home: Path, store) -> Path:
 
 
 class FakeEngine:
-    info = SimpleNamespace(description="a stand-in engine")
+    description = "a stand-in engine"
 
     def __init__(self):
         self.closed = False

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import EVAL_DATA, ServerProcess, linked_home
 from engine import ContextLengthExceeded
+from engine.api import LOCAL
 from server.workorders import extract, prompt
 from server.workorders.templates import TemplateStore
 from server.workorders.thread import strip_quoted
@@ -142,6 +143,8 @@ def test_crlf_and_a_signature_before_the_history():
 
 class CharEngine:
     """Just what request_for uses: a prompt of one token per 4 characters of the rendering."""
+
+    capabilities = LOCAL
 
     def __init__(self, n_ctx: int):
         self.n_ctx = n_ctx

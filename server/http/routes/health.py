@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -32,9 +33,10 @@ async def health(request: Request):
     rt: Runtime = request.app.state.runtime
     now = rt.served  # one snapshot: a switch may replace it meanwhile
     eng = now.engine
-    body = {"status": now.status}
+    body: dict[str, Any] = {"status": now.status}
     if eng is not None:
-        body |= {"model": now.model.name, "engine": dataclasses.asdict(eng.stats()), "n_ctx": eng.n_ctx}
+        _, model = now.answering()
+        body |= {"model": model.name, "engine": dataclasses.asdict(eng.stats()), "n_ctx": eng.n_ctx}
     status = 200 if eng is not None else 503
     if eng is None:
         body["speculation"] = speculation.names()

@@ -47,13 +47,13 @@ async def list_models(request: Request):
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     constraint = compile_response_format(body.response_format)  # 400 for what it cannot enforce
     with _runtime(request).admit(body.model) as served:
-        engine = served.engine
+        engine, served_model = served.answering()
         prompt = engine.render_chat(body.chat_messages())
         # x-copy fields copy from what the user wrote (engine/grammar/copy.py)
         grammar = constraint.grammar_for(body.user_texts()) if constraint else None
         req = body.to_engine(prompt, grammar)
         events = await submit(engine, req)
-    cid, model = fmt.new_id("chatcmpl"), served.model.name
+    cid, model = fmt.new_id("chatcmpl"), served_model.name
     if not body.stream:
         done = await collect(request, req, events)
         return fmt.chat_completion(cid, model, done.text, done.finish_reason, done.usage,
@@ -84,9 +84,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request):
     with _runtime(request).admit(body.model) as served:
+        engine, served_model = served.answering()
         req = body.to_engine()
-        events = await submit(served.engine, req)
-    cid, model, created = fmt.new_id("cmpl"), served.model.name, int(time.time())
+        events = await submit(engine, req)
+    cid, model, created = fmt.new_id("cmpl"), served_model.name, int(time.time())
     if not body.stream:
         done = await collect(request, req, events)
         return fmt.text_completion(cid, model, created, done.text, done.finish_reason, done.usage)

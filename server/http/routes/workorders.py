@@ -108,7 +108,7 @@ async def parse(body: ParseRequest, request: Request):
     template = _template(request, body)
     audit = _audit(request)
     with _state(request).runtime.admit(body.model) as served:  # until the parse is in the engine's queue
-        engine = served.engine
+        engine, served_model = served.answering()
         warnings = []
         sent = body.sent_date or dt.date.today()
         if body.sent_date is None:
@@ -120,7 +120,7 @@ async def parse(body: ParseRequest, request: Request):
         req, read, cut = await run_in_threadpool(extract.fit_request, engine, template, newest, sent, body.language,
                                                  body.max_tokens, spec)
         stripped = {"quoted_history": quoted.note() if quoted else None, "cut_to_fit": cut.note() if cut else None}
-        about = dict(template=template.name, model=served.model.name, input_text=body.text,
+        about = dict(template=template.name, model=served_model.name, input_text=body.text,
                      sent_date=sent.isoformat(), language=body.language)
         events = await _kept_if_failed(audit, about, warnings, submit(engine, req))
     done = await _kept_if_failed(audit, about, warnings, collect(request, req, events))
@@ -135,7 +135,7 @@ async def parse(body: ParseRequest, request: Request):
                          sources=out.sources)
     record_id = await run_in_threadpool(audit.record, record)
     return {
-        "id": record_id, "object": "workorder.parse", "created": int(time.time()), "model": served.model.name,
+        "id": record_id, "object": "workorder.parse", "created": int(time.time()), "model": served_model.name,
         "template": template.name, "sent_date": sent.isoformat(), "result": out.result, "valid": out.valid,
         "errors": out.errors, "needs_review": out.review.needs_review, "review_reasons": out.review.reasons,
         "review_details": out.review.details,
