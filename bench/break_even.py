@@ -112,8 +112,8 @@ def measure(entry: str, target: str, drafts: dict[str, str], blocks: list[int], 
                       drafters=[copy_factory(path, modes[d], timers) for d, path in drafts.items()])
     decodes = Timed(eng.ctx, "decode", lambda args, _: args[0].n)  # every decode of the target, by rows
     try:
-        if not lib.speculation(eng).enabled:
-            raise SystemExit(f"{entry}: speculation is off on this build ({lib.speculation(eng).exactness})")
+        if not eng.speculation.enabled:
+            raise SystemExit(f"{entry}: speculation is off on this build ({eng.speculation.exactness})")
         ids = eng.tokenize_prompt(eng.render_chat([{"role": "user", "content": PROMPT}]))
         eng.complete(ids, sampling=GREEDY, max_tokens=2, speculative=SpecParams(mode=OFF))  # warm-up
         for r in range(rounds):

@@ -33,7 +33,6 @@ import numpy as np
 
 from bench.datasets import dev_prompts
 from bench.harness import ROOT
-from bench import lib
 from bench.lib import Record
 from engine.llama import ggml
 from engine.llama.context import Context, ContextConfig
@@ -148,7 +147,7 @@ def speculative(model_path: str, draft: str | None, smoke: bool) -> dict:
     eng = Engine.load(model_path, EngineConfig(n_ctx=2048, n_parallel=4, n_threads=os.cpu_count() or 2,
                                                draft=draft, spec_inexact=True))
     try:
-        lib.speculation(eng).curve_ready.wait(300)
+        eng.speculation.curve_ready.wait(300)
 
         def run(spec, parallel):
             out = {}
@@ -159,7 +158,7 @@ def speculative(model_path: str, draft: str | None, smoke: bool) -> dict:
             return out
 
         plain = run(SpecParams(mode="off"), 1)
-        ex = lib.speculation(eng).exactness
+        ex = eng.speculation.exactness
         res = {"exact_at_load": ex.exact, "why": ex.why, "max_rows": ex.max_rows, "runs": []}
         for mode in ["lookup"] + (["dflash"] if "dflash" in eng.drafters else []):
             for parallel in (1, 4):

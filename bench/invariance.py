@@ -52,7 +52,7 @@ def run(a) -> Record:
     configs += [("dflash-walk B=8 x1", SpecParams(mode="dflash", selector="walk", block=8), 1),
                 ("dflash-dp B=8 x1", SpecParams(mode="dflash", selector="dp", block=8), 1),
                 ("auto x4", SpecParams(mode="auto"), 4)]
-    report = {"prompts": len(prompts), "max_tokens": a.max_tokens, "exact": lib.speculation(eng).exactness.exact,
+    report = {"prompts": len(prompts), "max_tokens": a.max_tokens, "exact": eng.speculation.exactness.exact,
               "configs": {}}
     failed = False
     try:

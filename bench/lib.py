@@ -209,13 +209,6 @@ def model_path(model: str | None, default: str = "smollm2") -> str:
     return test_model(model or default).path
 
 
-def speculation(eng):
-    """An engine's speculation state: `Engine.spec`, or `Engine.speculation` after engine/'s rename
-    (before it, `speculation` is a method): the one place bench/ minds which engine it runs on."""
-    state = getattr(eng, "spec", None)
-    return state if state is not None else eng.speculation
-
-
 def draft_for(model, choice: str | None, seed: int = 0) -> tuple[str | None, str]:
     """(path, what it is) of the draft a speed or invariance run drafts with: `auto` the model's
     paired draft (else a random one), `random` a random DFlash 2 draft (its acceptance is almost

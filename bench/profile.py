@@ -132,7 +132,7 @@ def run(a) -> Record:
                 for p, h in hs:
                     if [t for ev in h for t in ev.tokens] != plain_out[p["id"]]:
                         mismatches.append([p["id"], f"{name} x{a.parallel}"])
-        costs = lib.speculation(eng).costs
+        costs = eng.speculation.costs
         result["cost_curve_ms"] = [round(x, 3) for x in costs.curve()] if costs.ready else None
     finally:
         eng.close()

@@ -63,7 +63,7 @@ def flashdesk_side(gguf: Path, threads: int):
 
     eng = Engine.load(str(gguf), EngineConfig(n_ctx=2048, n_parallel=1, n_threads=threads, spec_mode="off"))
     # an idle engine times its decode costs (costs.FillIn): done first, so it never runs beside the other side
-    if lib.speculation(eng).enabled and not lib.speculation(eng).curve_ready.wait(timeout=900):
+    if eng.speculation.enabled and not eng.speculation.curve_ready.wait(timeout=900):
         raise TimeoutError("the engine's idle measurement of its decode costs did not finish")
 
     def run(tokens: list[int]) -> float:

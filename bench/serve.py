@@ -83,7 +83,7 @@ def spec_at_streams(model, a, counts=(1, 4, 8)) -> dict:
     rates = {(n, m): [] for n in counts for m in ("off", "auto")}
     mismatches = []
     try:
-        assert lib.speculation(engine).curve_ready.wait(300), "the verify-cost curve was not measured"
+        assert engine.speculation.curve_ready.wait(300), "the verify-cost curve was not measured"
         streams(engine, prompts[:1], "off", 8)  # warm
         for r in range(a.rounds):
             for n in counts:

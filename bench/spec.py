@@ -64,7 +64,7 @@ def run(a) -> Record:
     draft, draft_kind = lib.draft_for(model, a.draft, seed=0)
     eng = Engine.load(model.path, EngineConfig(n_ctx=2048, n_parallel=1, n_threads=a.threads, draft=draft))
     # else the chooser decodes plainly
-    assert lib.speculation(eng).curve_ready.wait(300), "the verify-cost curve was not measured"
+    assert eng.speculation.curve_ready.wait(300), "the verify-cost curve was not measured"
     by_cat: dict[str, list] = defaultdict(list)
     for p in datasets.prompts(a.prompts):
         by_cat[p.get("category", "misc")].append(p)

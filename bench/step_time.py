@@ -94,7 +94,7 @@ def run(a) -> Record:
     rows = defaultdict(list)
     try:
         # the idle measurement of the cost curve decodes between requests: let it finish first
-        lib.speculation(engine).curve_ready.wait(timeout=300)
+        engine.speculation.curve_ready.wait(timeout=300)
         streamed(engine, prompts[:1], 1, 8, a.mode)  # warm-up
         for _ in range(a.rounds):
             for n in counts:

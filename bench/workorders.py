@@ -50,7 +50,7 @@ def run(a) -> Record:
     draft = model.draft_path if a.draft == "auto" else None if a.draft == "none" else a.draft
     eng = Engine.load(model.path, EngineConfig(n_ctx=a.ctx, n_parallel=1, n_threads=a.threads, draft=draft))
     # else every mode decodes plainly
-    assert lib.speculation(eng).curve_ready.wait(300), "the verify-cost curve was not measured"
+    assert eng.speculation.curve_ready.wait(300), "the verify-cost curve was not measured"
     template = (load_file(Path(a.template), "user") if a.template.endswith(".json")
                 else TemplateStore(None).get(a.template))
     modes = [m for m in a.modes.split(",") if m == "off" or m == "auto" or m in eng.drafters]
