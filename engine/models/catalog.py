@@ -162,7 +162,7 @@ class CatalogEntry:
         return self.target.license
 
     @property
-    def sha256(self) -> str:  # of the target
+    def sha256(self) -> str | None:  # of the target (None: a Hub file kept in git, read by blob_id)
         return self.target.sha256
 
     @property

@@ -23,7 +23,7 @@ from pathlib import Path
 from .. import hardware
 from ..errors import InvalidModelFile
 from .catalog import CatalogEntry, DraftSpec, HubFile
-from .files import ProgressFactory
+from .files import Progress, ProgressFactory
 from .store import InstalledModel, ModelStore
 
 OUT_DIR = "converted"  # inside the pull's downloads folder
@@ -50,7 +50,8 @@ class _Bar:
     takes effect between tensors as it does between download chunks."""
 
     def __init__(self, progress: ProgressFactory, desc: str):
-        self.progress, self.desc, self.bar, self.done = progress, desc, None, 0
+        self.progress, self.desc, self.done = progress, desc, 0
+        self.bar: Progress | None = None
 
     def __call__(self, done: int, total: int) -> None:
         if self.bar is None:
@@ -72,6 +73,7 @@ def convert_and_pair(store: ModelStore, entry: CatalogEntry, ckpt: tuple[HubFile
     from gguf_tools.dflash.convert import convert_draft
 
     spec = entry.draft
+    assert spec is not None  # the pull converts only for an entry with a draft checkpoint
     m = store.get(entry.name)
     out_dir = downloads / OUT_DIR
     shutil.rmtree(out_dir, ignore_errors=True)  # what a killed conversion left: start it over

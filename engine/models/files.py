@@ -10,14 +10,22 @@ from __future__ import annotations
 import hashlib
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from tqdm import tqdm
 
 CHUNK = 1 << 20
 
-# progress(description, total_bytes) -> object with .update(n) and .close()
-ProgressFactory = Callable[[str, int], object]
+class Progress(Protocol):
+    """A progress bar as the copies, pulls and conversions drive it (tqdm's, or a caller's own)."""
+
+    def update(self, n: int) -> object: ...
+
+    def close(self) -> object: ...
+
+
+# progress(description, total_bytes) -> its bar
+ProgressFactory = Callable[[str, int], Progress]
 
 
 def tqdm_progress(desc: str, total: int):

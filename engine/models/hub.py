@@ -20,6 +20,7 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
@@ -88,7 +89,8 @@ def check_pin(f: HubFile, token: str | bool | None = None) -> None:
         info = list(HfApi(endpoint=endpoint(), token=token).list_repo_tree(f.repo, folder, revision=f.revision))
     except Exception as e:  # noqa: BLE001  (mapped to one clear message below)
         raise _explain(e, f) from e
-    entry = next((i for i in info if getattr(i, "path", None) == f.file), None)
+    # duck-typed (getattr) as the Hub's RepoFile or a stand-in of the tests: a file here, never a folder
+    entry: Any = next((i for i in info if getattr(i, "path", None) == f.file), None)
     if entry is None:
         raise DownloadError(f"{f.repo} has no file {f.file} at commit {f.revision[:12]} on {endpoint()}. "
                             "HINT: the catalog entry is out of date; update flashdesk or fix your catalog file.")
@@ -108,7 +110,7 @@ def checkpoint_files(pin: CommitPin, token: str | bool | None = None) -> tuple[H
     if offline():
         raise _offline(where)
     try:
-        listed = [i for i in HfApi(endpoint=endpoint(), token=token).list_repo_tree(pin.repo, revision=pin.revision)
+        listed: list[Any] = [i for i in HfApi(endpoint=endpoint(), token=token).list_repo_tree(pin.repo, revision=pin.revision)
                   if getattr(i, "size", None) is not None]  # files; folders have no size
     except Exception as e:  # noqa: BLE001  (mapped to one clear message)
         raise _explain(e, where) from e
@@ -196,7 +198,7 @@ def _bar_class(progress: ProgressFactory, f: HubFile):
         def close(self):
             if getattr(self, "_ours", None) is not None:
                 self._ours.close()
-                self._ours = None
+                del self._ours  # closed: the getattr above finds none
             super().close()
 
     return Bar

@@ -190,6 +190,7 @@ def take(cache_file: Path, model_path: str, threads: int, build: str,
     m = Measured(rates, at, True)
     kept = (history(cache_file, model_path, threads, build) + [m])[-KEEP:]
     chosen = best(kept)
+    assert chosen is not None  # kept holds m at least
     data = {"key": _cache_key(model_path, threads, build),
             "rates": asdict(chosen.rates),  # the figure in use, where a file of one figure had it
             "history": [asdict(k) for k in kept]}

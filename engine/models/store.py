@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -257,6 +258,7 @@ class ModelStore:
             if expect_sha and digest != expect_sha:
                 raise DownloadError(f"{filename} does not have the expected sha256; not installed.")
             summary = _check(staging / filename)
+            assert digest is not None  # hashed=True comes with expect_sha
             m = InstalledModel(name, filename, digest, (staging / filename).stat().st_size, source,
                                summary.architecture or "unknown", time.time(), options=options or {})
             self._write_manifest(staging, {k: v for k, v in asdict(m).items() if k != "path"})
@@ -295,7 +297,7 @@ def _hold_lock(path: Path):
 
 def _try_lock(f) -> bool:
     try:
-        if os.name == "nt":
+        if sys.platform == "win32":  # os.name == "nt", in the form type checkers read
             import msvcrt
 
             f.seek(0)
