@@ -110,8 +110,8 @@ def checkpoint_files(pin: CommitPin, token: str | bool | None = None) -> tuple[H
     if offline():
         raise _offline(where)
     try:
-        listed: list[Any] = [i for i in HfApi(endpoint=endpoint(), token=token).list_repo_tree(pin.repo, revision=pin.revision)
-                  if getattr(i, "size", None) is not None]  # files; folders have no size
+        tree = HfApi(endpoint=endpoint(), token=token).list_repo_tree(pin.repo, revision=pin.revision)
+        listed: list[Any] = [i for i in tree if getattr(i, "size", None) is not None]  # files; folders have no size
     except Exception as e:  # noqa: BLE001  (mapped to one clear message)
         raise _explain(e, where) from e
     files = sorted((i for i in listed if i.path == "config.json" or i.path.endswith(".safetensors")),

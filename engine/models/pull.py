@@ -82,8 +82,8 @@ def from_hub(store: ModelStore, entry: CatalogEntry, progress: ProgressFactory) 
         have, have_target = None, False
     man = store.manifest(Path(have.path).parent) if have_target and have is not None else {}
     # the draft is in (this very one), or the user chose their own or none: a pull does not undo that
-    have_draft = bool(have_target and have is not None and tag is not None and (have.draft and man.get("draft_source") == tag
-                                                           or man.get("draft_choice") == "user"))
+    have_draft = bool(have_target and have is not None and tag is not None
+                      and (have.draft and man.get("draft_source") == tag or man.get("draft_choice") == "user"))
     from . import hub  # huggingface_hub loads when a Hub file is fetched: the app bundle leaves it out
     refused = None  # why a draft pinned by commit cannot be had
     drafts: list[HubFile] = []
