@@ -19,7 +19,7 @@ sequence's row) and compares the last row's logits bit for bit:
   and a kept prefix is reused in whole chunks only (positions decoded as a whole chunk of a
   prompt, never an answer's rows, which were decoded one at a time).
 
-Prompt speed hardly depends on the chunk: `bench/prompt_speed.py --chunk-sizes 64,512` times both.
+Prompt speed hardly depends on the chunk: `python -m bench prompt_speed --chunk-sizes 64,512` times both.
 Not the decode step itself (speculative/loop.py) nor which slot keeps what (prefix.py).
 """
 

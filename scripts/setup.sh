@@ -8,7 +8,7 @@
 # keeps the verify band (1..16 rows) and float matmuls off it, and the engine cuts prompts where
 # their rows depend on the decode (engine/chunks.py). For quantized weights above the band it is
 # llama.cpp's fast prompt path: without it a Q8_0 prompt ran at 0.62x stock llama-server, with it
-# 0.91x (bench/prompt_speed.py, native/llama-patches/README.md).
+# 0.91x (python -m bench prompt_speed, native/llama-patches/README.md).
 # Add GPU flags through CMAKE_ARGS as usual, e.g. CMAKE_ARGS="-DGGML_CUDA=on" bash scripts/setup.sh
 # FLASHDESK_PORTABLE=1 builds llama.cpp for other people's computers (GGML_NATIVE=OFF: ggml's
 # AVX2/FMA/F16C baseline instead of this CPU's every instruction, which would crash older

@@ -65,7 +65,7 @@ NEVERS = (
     Never("gguf_tools never imports the server or the engine: it is the format layer both stand on",
           ("gguf_tools",), ("server", "engine", *WEB)),
     Never("native/python (the flashdesk_native package) imports nothing of ours", ("native/python",), OURS),
-    Never("bench never imports tests: what both use is in bench/common.py", ("bench",),
+    Never("bench never imports tests: what both use is in bench/harness.py and bench/datasets.py", ("bench",),
           ("tests", "conftest", TESTS_ON_PATH)),
     Never("only engine/llama/ imports llama_cpp (docs/architecture.md: the one layer that calls llama-cpp-python)",
           ("",), ("llama_cpp",), (

@@ -27,7 +27,7 @@ WORDS_PER_TOKEN = {"en": 0.75, "zh-TW": 1.0}
 USABLE_TOKENS_PER_S = 5.0  # about 4 words a second: the pace a person reads; slower feels stuck
 # One work order: the tokens its message adds to the prompt (the system prompt and worked examples
 # before it are the same for every order, and their KV is reused) and its JSON answer. Medians over
-# the 24 dev cases in SmolLM2's tokenizer: `.venv/bin/python bench/cpu_tier.py --tokens`.
+# the 24 dev cases in SmolLM2's tokenizer: `.venv/bin/python -m bench cpu_tier --tokens`.
 WORK_ORDER_PROMPT_TOKENS = 160
 WORK_ORDER_ANSWER_TOKENS = 205
 

@@ -205,7 +205,8 @@ class Speculation:
         state = self.policy.state_for(req.speculative, req.sampling, req.prompt_tokens, slot,
                                       constrained=bool(req.grammar))
         drafter = state.drafter if state is not None else None
-        shared = prefix.common_prefix(slot.cached, req.prompt_tokens[:-1]) if drafter and drafter.follows_kv else 0
+        follows = drafter is not None and drafter.follows_kv  # a draft KV beside the target's
+        shared = prefix.common_prefix(slot.cached, req.prompt_tokens[:-1]) if follows else 0
         reused = prefix.reuse(slot, self.ctx, req.prompt_tokens, drafter, self.chunks)
         if state is not None and shared > reused and self.costs.ready:  # shared > 0: it has a drafter
             state.stats.upkeep_ms += self.costs.cost(shared - reused)
