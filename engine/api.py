@@ -53,7 +53,7 @@ class EngineAPI(Protocol):
 
     def speculation_facts(self) -> SpeculationFacts: ...
 
-    async def probe(self) -> dict | None:
+    async def health(self) -> dict | None:
         """How the server behind it answers, for /health ({"status": "up" | "down" | "failing", "error", ...});
         None: nothing is behind it (the local engine answers itself)."""
 

@@ -228,7 +228,7 @@ class Engine:
     def speculation_facts(self) -> SpeculationFacts:
         return self.speculation.facts()
 
-    async def probe(self) -> None:  # engine/api.py: nothing behind this engine, no server's figures
+    async def health(self) -> None:  # engine/api.py: nothing behind this engine, no server's figures
         return None
 
     async def models(self) -> None:

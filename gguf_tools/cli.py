@@ -13,7 +13,7 @@ traceback; `inspect` also for a draft that pairing and loading would refuse, aft
 
 Not the place for GGUF logic: this file parses flags, draws the progress bar and words
 the messages. It never imports the engine: the trial load of a quantized file runs
-`python -m engine.models.probe` as a child process (llama.cpp may abort on a bad file, and the
+`python -m engine.models.load_check` as a child process (llama.cpp may abort on a bad file, and the
 light gguf_tools layer must not pull in the engine).
 """
 
@@ -144,7 +144,7 @@ def cmd_inspect(a) -> int:
 def _load_check(path: str) -> tuple[bool, str]:
     """(ok, what llama.cpp said): a trial load in a child process, as `flashdesk import` does."""
     try:
-        out = subprocess.run([sys.executable, "-m", "engine.models.probe", path], capture_output=True, text=True,
+        out = subprocess.run([sys.executable, "-m", "engine.models.load_check", path], capture_output=True, text=True,
                              timeout=600)
     except subprocess.TimeoutExpired:
         return False, "llama.cpp took over 10 minutes to load it"

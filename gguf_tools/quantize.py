@@ -10,7 +10,7 @@ complete and passes `check_gguf`, so an interrupted run never leaves a half-writ
 progress comes from llama.cpp's log (one line per tensor), since quantize has no progress
 callback.
 
-Not a load test of the output (the CLI runs `python -m engine.models.probe` on it; gguf_tools
+Not a load test of the output (the CLI runs `python -m engine.models.load_check` on it; gguf_tools
 never imports the engine) and not a converter from Hugging Face checkpoints.
 llama_cpp is imported inside `quantize()` only: `import gguf_tools` stays light.
 References: vendored llama.cpp `src/llama-quant.cpp`, `include/llama.h`.

@@ -1,7 +1,7 @@
 """The bundled program's entry point: the `flashdesk` command (with no arguments, `flashdesk app`).
 
 A frozen program has no `python -m`: flashdesk runs some llama.cpp loads in a child
-process (`sys.executable -m engine.models.probe FILE`, so a crash on a hostile file costs
+process (`sys.executable -m engine.models.load_check FILE`, so a crash on a hostile file costs
 nothing), and in the bundle `sys.executable` is this program. Those calls land here and
 are dispatched to the module's main.
 """

@@ -101,7 +101,8 @@ function showHealth() {
 
 function buildLanguagePicker() {
   const select = document.getElementById("language");
-  select.replaceChildren(...LANGUAGES.map((l) => h("option", { value: l.code, selected: l.code === language() }, l.name)));
+  select.replaceChildren(...LANGUAGES.map((l) =>
+    h("option", { value: l.code, selected: l.code === language() }, l.name)));
   select.addEventListener("change", async () => {
     await setLanguage(select.value, { remember: true });
     translate(document);

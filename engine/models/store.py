@@ -34,7 +34,7 @@ from . import catalog as catalogs
 from .catalog import DEFAULT_MODEL, CatalogEntry, looks_like_draft
 from . import files
 from .files import ProgressFactory, no_progress, tqdm_progress
-from .probe import probe
+from .load_check import load_check
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
@@ -170,7 +170,7 @@ class ModelStore:
         if (self.models_dir / name).exists():
             raise InvalidRequest(f"a model named {name!r} is already installed. HINT: pass --name.", param="name")
         _refuse_draft(src, _check(src).architecture)
-        probe(str(src))  # llama.cpp itself must accept it; a crash there happens in a child process
+        load_check(str(src))  # llama.cpp itself must accept it; a crash there happens in a child process
 
         def copy(dst: Path) -> None:
             with open(src, "rb") as fi:

@@ -187,6 +187,8 @@ class Speculation:
             raise InvalidRequest(f"speculative mode {params.mode!r} is not available here; this engine "
                                  f"has: {AUTO}, {OFF}, {', '.join(self.drafters)}", param="speculative.mode")
 
+    # -- worker thread only, from here on ---------------------------------------------
+
     def gap_tokens(self, mean_answer: float) -> float | None:
         """Prompt tokens worth as much as one more ubatch in every step of an answer of `mean_answer`
         tokens (prefix.best_slot): its single-row decodes over a prompt row's share of a full decode;
@@ -194,8 +196,6 @@ class Speculation:
         if not self.costs.ready:
             return None
         return mean_answer * self.costs.cost(1) / (self.costs.cost(CURVE_ROWS) / CURVE_ROWS)
-
-    # -- worker thread only, from here on ---------------------------------------------
 
     def admit(self, req: GenerationRequest, slot: Slot) -> tuple[SpecState | None, int]:
         """How `req`, admitted into `slot`, speculates (None: it decodes plainly), and how many of its

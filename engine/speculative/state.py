@@ -211,22 +211,14 @@ class SpecState:
         """The priced path length this step (of the `available` a free drafter already offers, whose
         tokens came from `sources`), on the step's `batch` (None: this sequence alone); 0 means decode
         plainly. Pure: `plan_path` is the step's choice, probes included."""
-        t_max = self._t_max(slot, available)
-        if t_max <= 0:
-            return 0
-        if self.costs is None:
-            return t_max
-        if not self.costs.ready:  # the first decodes of a fresh install: timed plainly, then priced
-            return 0
-        batch = batch or StepBatch({slot.seq_id: 1})
-        return choose_path_len(self.rates(sources), t_max, self.costs, self.draft_ms, batch, slot.seq_id)
+        return self._priced(slot, available, batch, sources)[0]
 
     def plan_path(self, slot, available: int | None = None, batch: StepBatch | None = None,
                   sources: Sequence[str | None] | None = None) -> int:
         """This step's path length: the priced one (`path_len`), or, after a run of plain steps the
         chooser priced, a one-token probe (the cheapest verify there is), which keeps the estimates honest."""
-        t = self.path_len(slot, available, batch, sources)
-        if self._t_max(slot, available) <= 0 or self.costs is None or not self.costs.ready:
+        t, chosen = self._priced(slot, available, batch, sources)
+        if not chosen:
             return t  # not the chooser's pick: the cap, or plain before any decode was timed
         self._probing = False
         if t == 0:
@@ -237,8 +229,18 @@ class SpecState:
                 return 1
         return t
 
-    def _t_max(self, slot, available: int | None) -> int:
-        return self.path_cap(slot) if available is None else min(self.path_cap(slot), available)
+    def _priced(self, slot, available: int | None, batch: StepBatch | None,
+                sources: Sequence[str | None] | None) -> tuple[int, bool]:
+        """(the path length, whether the chooser picked it): path_len's answer, and plan_path's cue."""
+        t_max = self.path_cap(slot) if available is None else min(self.path_cap(slot), available)
+        if t_max <= 0:
+            return 0, False
+        if self.costs is None:
+            return t_max, False
+        if not self.costs.ready:  # the first decodes of a fresh install: timed plainly, then priced
+            return 0, False
+        batch = batch or StepBatch({slot.seq_id: 1})
+        return choose_path_len(self.rates(sources), t_max, self.costs, self.draft_ms, batch, slot.seq_id), True
 
     def _probe_floor(self, batch: StepBatch, seq_id: int) -> int:
         """Plain steps between probes so that probes that miss cost at most PROBE_BUDGET of the

@@ -147,9 +147,9 @@ class BackendEngine:
         return SpeculationFacts([], AUTO, None, "speculation runs on the backend server, configured there", None,
                                 backend=True)
 
-    async def probe(self) -> dict:
+    async def health(self) -> dict:
         """The backend's state for /health (awaited from the server's loop): up, down or failing."""
-        return await self._await(self._probe())
+        return await self._await(self._health())
 
     async def models(self) -> list[dict]:
         """The backend's GET /v1/models entries; raises BackendUnavailable or BackendFailed."""
@@ -291,7 +291,7 @@ class BackendEngine:
             return None  # /health says why the backend cannot be reached; /metrics just lacks its counters
         return backend_wire.spec_figures(resp.text) if resp.status_code == 200 else None
 
-    async def _probe(self) -> dict:
+    async def _health(self) -> dict:
         state = {"url": self.url, "model": self.model_name}
         if self._active and self._served is not None:
             return state | {"status": "up", "models": [m.get("id") for m in self._served]}

@@ -22,7 +22,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Literal
 
 from engine import Engine, EngineConfig, EngineError, EngineStopped, hardware
 from engine.api import EngineAPI
@@ -80,12 +80,15 @@ def load_engine(settings: Settings, stop: threading.Event | None = None) -> tupl
     return entry, Engine.load(entry.path, cfg, stop)
 
 
+Status = Literal["loading", "ready", "error"]  # what /health says first; the UI waits on "loading"
+
+
 @dataclass(frozen=True)
 class Served:
     """What the server serves at one moment (Runtime.served): replaced whole, never changed."""
 
     settings: Settings  # of the model served, or of the last load tried
-    status: str = "loading"  # loading | ready | error
+    status: Status = "loading"
     engine: EngineAPI | None = None  # set exactly while status is "ready": an Engine or a BackendEngine
     model: InstalledModel | None = None  # the model served (kept during a switch until the new one is ready)
     error: str | None = None

@@ -36,7 +36,6 @@ import csv
 import io
 import json
 import secrets
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
@@ -117,13 +116,11 @@ class ParseRecord:
     sources: dict = field(default_factory=dict)  # copy field -> [[start, end], ...] of input_text (extract.py)
 
 
-class AuditLog:
+class AuditLog(sqlite_file.SqliteStore):
     """The audit trail in one SQLite file. Thread-safe; see the module docstring."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path).expanduser()
-        self._lock = threading.Lock()
-        self._db = sqlite_file.open_file(self.path, "audit log", APPLICATION_ID, MIGRATIONS, AuditLogError)
+        super().__init__(path, "audit log", APPLICATION_ID, MIGRATIONS, AuditLogError)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -212,17 +209,6 @@ class AuditLog:
                 yield "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
             else:
                 yield "".join(_csv_line(_csv_cells(r)) for r in records)
-
-    def close(self) -> None:
-        """Close the connection (SQLite checkpoints the WAL into the main file). Idempotent."""
-        with self._lock:
-            self._db.close()
-
-    def __enter__(self) -> AuditLog:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from . import sqlite_file
 
@@ -82,16 +81,14 @@ class ConversationNotFound(LookupError):
         self.conversation_id = conversation_id
 
 
-class ConversationStore:
+class ConversationStore(sqlite_file.SqliteStore):
     """The chat history in one SQLite file. Thread-safe; see the module docstring."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path).expanduser()
-        self._lock = threading.Lock()
-        self._last_ms = 0  # the last stamp handed out, so updated_at never ties or goes back
         # foreign_keys is off by default per connection; ON DELETE CASCADE needs it
-        self._db = sqlite_file.open_file(self.path, "conversations file", APPLICATION_ID, MIGRATIONS,
-                                         ConversationStoreError, ("PRAGMA foreign_keys=ON",))
+        super().__init__(path, "conversations file", APPLICATION_ID, MIGRATIONS, ConversationStoreError,
+                         ("PRAGMA foreign_keys=ON",))
+        self._last_ms = 0  # the last stamp handed out, so updated_at never ties or goes back
 
     def _stamp(self) -> tuple[int, str]:
         """(ms, ISO text) for a write, strictly after the previous one. Two writes in the same
@@ -166,20 +163,17 @@ class ConversationStore:
             return [_conversation(cur.description, r) for r in cur.fetchall()]
 
     def rename(self, conversation_id: str, title: str) -> dict:
-        title_text = _title(title)
-        with self._lock, self._writing(), sqlite_file.transaction(self._db):
-            self._require(conversation_id)
-            self._db.execute("UPDATE conversations SET title = ?, updated_at = ? WHERE id = ?",
-                             (title_text, self._stamp()[1], conversation_id))
-            return self._existing(conversation_id)
+        return self._set_column(conversation_id, "title", _title(title))
 
     def update_settings(self, conversation_id: str, settings: dict) -> dict:
         """Replace (not merge) the settings: the UI sends its whole settings panel."""
-        settings_text = _settings(settings)
+        return self._set_column(conversation_id, "settings", _settings(settings))
+
+    def _set_column(self, conversation_id: str, column: Literal["title", "settings"], value: str) -> dict:
         with self._lock, self._writing(), sqlite_file.transaction(self._db):
             self._require(conversation_id)
-            self._db.execute("UPDATE conversations SET settings = ?, updated_at = ? WHERE id = ?",
-                             (settings_text, self._stamp()[1], conversation_id))
+            self._db.execute(f"UPDATE conversations SET {column} = ?, updated_at = ? WHERE id = ?",
+                             (value, self._stamp()[1], conversation_id))
             return self._existing(conversation_id)
 
     def delete(self, conversation_id: str) -> None:
@@ -231,17 +225,6 @@ class ConversationStore:
                 self._db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?",
                                  (self._stamp()[1], conversation_id))
             return cur.rowcount
-
-    def close(self) -> None:
-        """Close the connection (SQLite checkpoints the WAL into the main file). Idempotent."""
-        with self._lock:
-            self._db.close()
-
-    def __enter__(self) -> ConversationStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -3,16 +3,18 @@ WAL + synchronous=FULL, our application_id, user_version migrations, and a clear
 a file that is not ours, is damaged, or is newer than this code; and `writing`, which turns
 a write the disk refused (full, or failing) into the store's own error with the next step.
 
-What it is not: a store (audit.py and conversations.py own their tables and queries).
+What it is not: a store (audit.py and conversations.py own their tables and queries; SqliteStore
+is only the connection they share the handling of).
 References: https://www.sqlite.org/wal.html, https://www.sqlite.org/pragma.html
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Self
 
 SQLITE_IOERR, SQLITE_FULL = 10, 13  # primary result codes, https://www.sqlite.org/rescode.html
 
@@ -60,6 +62,28 @@ def open_file(path: Path, what: str, app_id: int, migrations: dict[int, list[str
         db.close()
         raise
     return db
+
+
+class SqliteStore:
+    """A store's one connection to its file: the path, the lock every query holds (the server's
+    threads share the connection), and closing. The store owns its tables and queries."""
+
+    def __init__(self, path: str | Path, what: str, app_id: int, migrations: dict[int, list[str]],
+                 error: type[Exception], pragmas: tuple[str, ...] = ()):
+        self.path = Path(path).expanduser()
+        self._lock = threading.Lock()
+        self._db = open_file(self.path, what, app_id, migrations, error, pragmas)
+
+    def close(self) -> None:
+        """Close the connection (SQLite checkpoints the WAL into the main file). Idempotent."""
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _setup(db, path, what, app_id, migrations, error, pragmas) -> None:

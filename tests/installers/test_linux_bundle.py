@@ -32,7 +32,7 @@ def test_the_bundle_builds_and_passes_the_smoke_test(tmp_path, store, display):
     assert not list(app.rglob("libtorch*")), "PyTorch must not be bundled"
     assert list((tmp_path / "dist").glob("flashdesk-*-linux-*.tar.gz"))
     # The frozen program has no `python -m`: the child-process model check goes through it.
-    probe = subprocess.run([str(app / "flashdesk"), "-m", "engine.models.probe", store.get("smollm2").path],
+    probe = subprocess.run([str(app / "flashdesk"), "-m", "engine.models.load_check", store.get("smollm2").path],
                            capture_output=True, text=True, timeout=120)
     assert probe.returncode == 0 and '"architecture": "llama"' in probe.stdout, probe.stderr
     doctor = subprocess.run([str(app / "flashdesk"), "--home", str(tmp_path / "h"), "doctor"],

@@ -38,7 +38,8 @@ export class ConversationList {
       return;
     }
     if (!rows.length) {
-      clear(this.list, h("li", { class: "muted empty" }, this.search ? t("chat.no_matches") : t("chat.no_conversations")));
+      clear(this.list,
+        h("li", { class: "muted empty" }, this.search ? t("chat.no_matches") : t("chat.no_conversations")));
       return;
     }
     clear(this.list, rows.map((c) => this.item(c)));
@@ -53,9 +54,11 @@ export class ConversationList {
       h("span", { class: "conv-date" }, shortDate(c.updated_at)));
     const item = h("li", { class: current ? "current" : "" }, link,
       h("span", { class: "conv-actions" },
-        h("button", { type: "button", class: "ghost small", "aria-label": t("chat.rename_named", { title: c.title || t("chat.untitled") }),
+        h("button", { type: "button", class: "ghost small",
+          "aria-label": t("chat.rename_named", { title: c.title || t("chat.untitled") }),
           onclick: () => this.rename(item, c) }, t("common.rename")),
-        h("button", { type: "button", class: "ghost small", "aria-label": t("chat.delete_named", { title: c.title || t("chat.untitled") }),
+        h("button", { type: "button", class: "ghost small",
+          "aria-label": t("chat.delete_named", { title: c.title || t("chat.untitled") }),
           onclick: () => this.remove(c) }, t("common.delete"))));
     return item;
   }
@@ -105,5 +108,6 @@ function shortDate(iso) {
   const d = new Date(iso);
   if (Number.isNaN(d.getTime())) return "";
   const today = new Date().toDateString() === d.toDateString();
-  return new Intl.DateTimeFormat(language(), today ? { timeStyle: "short" } : { month: "short", day: "numeric" }).format(d);
+  return new Intl.DateTimeFormat(language(), today ? { timeStyle: "short" } : { month: "short", day: "numeric" })
+    .format(d);
 }

@@ -69,7 +69,8 @@ class ChatPage {
         this.sidebarToggle.setAttribute("aria-expanded", String(open));
       },
     }, t("chat.conversations"));
-    this.messages = h("div", { class: "messages", role: "log", "aria-live": "polite", "aria-label": t("chat.messages") });
+    this.messages = h("div", { class: "messages", role: "log", "aria-live": "polite",
+      "aria-label": t("chat.messages") });
     this.input = h("textarea", {
       id: "chat-input", rows: 3, placeholder: t("chat.input_placeholder"),
       onkeydown: (e) => {
@@ -80,8 +81,8 @@ class ChatPage {
       },
     });
     this.sendButton = h("button", { type: "submit", class: "primary send" }, t("chat.send"));
-    this.stopButton = h("button", { type: "button", class: "danger stop", hidden: true, onclick: () => stopGeneration() },
-      t("chat.stop"));
+    this.stopButton = h("button", { type: "button", class: "danger stop", hidden: true,
+      onclick: () => stopGeneration() }, t("chat.stop"));
     this.composerNote = h("p", { class: "hint composer-note", "aria-live": "polite" });
     const composer = h("form", { class: "composer", onsubmit: (e) => { e.preventDefault(); this.send(); } },
       h("label", { for: "chat-input", class: "visually-hidden" }, t("chat.input_label")),
@@ -126,7 +127,8 @@ class ChatPage {
     if (this.conversation) { // a quiet save: the next message carries them anyway
       clearTimeout(this.saveTimer);
       const id = this.conversation.id;
-      this.saveTimer = setTimeout(() => patch(`/v1/conversations/${enc(id)}`, { settings: this.settings }).catch(() => {}), 400);
+      this.saveTimer = setTimeout(() =>
+        patch(`/v1/conversations/${enc(id)}`, { settings: this.settings }).catch(() => {}), 400);
     }
   }
 
@@ -160,7 +162,8 @@ class ChatPage {
         this.conversation = null;
         this.setTitle("");
         clear(this.messages, h("p", { class: "error-box" },
-          err instanceof ApiError && err.status === 404 ? t("chat.not_found") : t("common.error", { message: errorText(err) })));
+          err instanceof ApiError && err.status === 404 ? t("chat.not_found")
+            : t("common.error", { message: errorText(err) })));
         return;
       }
       this.settings = clean({ ...savedDefaults(), ...this.conversation.settings });
@@ -234,7 +237,8 @@ class ChatPage {
         this.conversation = { ...conv, messages: [] };
         history.replaceState(null, "", `#/chat/${enc(conv.id)}`);
       }
-      const msg = await post(`/v1/conversations/${enc(this.conversation.id)}/messages`, { role: "user", content: text });
+      const msg = await post(`/v1/conversations/${enc(this.conversation.id)}/messages`,
+        { role: "user", content: text });
       this.conversation.messages.push(msg);
     } catch (err) {
       this.input.value = text; // nothing lost: the message stays in the box
@@ -308,7 +312,8 @@ class ChatPage {
     if (job.saved && this.conversation?.id === job.conversationId) this.conversation.messages.push(job.saved);
     this.renderMessages();
     if (job.error) {
-      this.messages.append(h("div", { class: "error-box", role: "alert" }, t("common.error", { message: errorText(job.error) }),
+      this.messages.append(h("div", { class: "error-box", role: "alert" },
+        t("common.error", { message: errorText(job.error) }),
         " ", h("button", { type: "button", class: "small", onclick: () => this.regenerate() }, t("common.retry"))));
       this.scrollDown(true);
     }

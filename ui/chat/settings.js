@@ -76,7 +76,8 @@ export function settingsPanel(initial, { onChange, onSwitchModel, servedModel, s
     });
   }
 
-  const system = h("textarea", { id: "set-system", rows: 4, placeholder: t("chat.set_system_placeholder") }, settings.system);
+  const system = h("textarea", { id: "set-system", rows: 4, placeholder: t("chat.set_system_placeholder") },
+    settings.system);
   system.addEventListener("input", () => { settings.system = system.value; changed(); });
 
   const tempValue = h("output", { for: "set-temp" }, String(settings.temperature));
@@ -87,7 +88,8 @@ export function settingsPanel(initial, { onChange, onSwitchModel, servedModel, s
     changed();
   });
 
-  const maxTokens = h("input", { id: "set-max", type: "number", min: 16, max: 8192, step: 16, value: settings.max_tokens });
+  const maxTokens = h("input", { id: "set-max", type: "number", min: 16, max: 8192, step: 16,
+    value: settings.max_tokens });
   maxTokens.addEventListener("change", () => {
     settings = clean({ ...settings, max_tokens: maxTokens.value });
     maxTokens.value = settings.max_tokens;

@@ -39,7 +39,8 @@ function sourcesText(bySource) {
 }
 
 function row(label, value) {
-  return value === undefined || value === null || value === "" ? null : h("tr", {}, h("th", { scope: "row" }, label), h("td", {}, value));
+  return value === undefined || value === null || value === "" ? null
+    : h("tr", {}, h("th", { scope: "row" }, label), h("td", {}, value));
 }
 
 /** The details button and its popover (native `popover`: Escape and clicking outside close it). */
@@ -55,10 +56,13 @@ export function detailsButton(meta) {
     row(t("chat.details_selector"), spec?.selector),
     row(t("chat.details_tokens"), u.completion_tokens),
     row(t("chat.details_prompt"), u.prompt_tokens !== undefined
-      ? t("chat.details_prompt_value", { n: u.prompt_tokens, cached: u.prompt_tokens_details?.cached_tokens ?? 0 }) : null),
-    row(t("chat.details_prefill"), timings.prefill_ms !== undefined ? `${formatNumber(timings.prefill_ms, 0)} ms` : null),
+      ? t("chat.details_prompt_value", { n: u.prompt_tokens, cached: u.prompt_tokens_details?.cached_tokens ?? 0 })
+      : null),
+    row(t("chat.details_prefill"), timings.prefill_ms !== undefined
+      ? `${formatNumber(timings.prefill_ms, 0)} ms` : null),
     row(t("chat.details_decode"), timings.decode_ms !== undefined ? `${formatNumber(timings.decode_ms, 0)} ms` : null),
-    row(t("chat.details_rate"), timings.decode_tokens_per_s ? t("chat.stats_rate", { rate: formatNumber(timings.decode_tokens_per_s, 1) }) : null),
+    row(t("chat.details_rate"), timings.decode_tokens_per_s
+      ? t("chat.stats_rate", { rate: formatNumber(timings.decode_tokens_per_s, 1) }) : null),
     spec && spec.verifies ? row(t("chat.details_tau"), formatNumber(spec.tau, 2)) : null,
     spec && spec.verifies ? row(t("chat.details_accepted"), `${spec.accepted} / ${spec.drafted}`) : null,
     spec?.speedup ? row(t("chat.details_speedup"), `${formatNumber(spec.speedup, 2)}×`) : null,
@@ -73,7 +77,8 @@ export function detailsButton(meta) {
         h("meter", { min: 0, max: 1, value: rate, "aria-label": t("chat.details_position", { n: i + 1 }) }),
         h("span", { class: "pct" }, `${formatNumber(rate * 100, 0)}%`)))))
     : null;
-  const pop = h("div", { id, popover: "auto", class: "answer-details", role: "dialog", "aria-label": t("chat.details_title") },
+  const pop = h("div",
+    { id, popover: "auto", class: "answer-details", role: "dialog", "aria-label": t("chat.details_title") },
     h("h3", {}, t("chat.details_title")), table, positions,
     spec ? h("p", { class: "hint" }, t("chat.details_lossless")) : null);
   const button = h("button", { type: "button", class: "ghost small", popovertarget: id }, t("chat.details"));

@@ -1,8 +1,8 @@
 // The chat page's first-run notice: on a computer that can run a stronger model than it has (a
 // graphics card, a Mac, or a processor fast enough for one), the Models page's tier sentence
 // once, with a button that opens the Models page at that model's card ("#/models/NAME"). It
-// never downloads anything: the download still needs the user's click there. "No, thanks" is remembered in localStorage,
-// for that recommendation (a new graphics card, a new recommendation, one new notice).
+// never downloads anything: the download still needs the user's click there. "No, thanks" is
+// remembered in localStorage, for that recommendation (a new graphics card, a new recommendation, one new notice).
 // Nothing shows where nothing is recommended (a processor too slow for more than the default),
 // nor when the recommended model is installed.
 

@@ -55,7 +55,8 @@ export function showSpotlight(page) {
 export function catalogView(page) {
   const entries = page.catalog.filter((c) => c.name !== page.ctaMissing);
   page.catalogSection.hidden = !entries.length && !!page.ctaMissing;
-  if (!entries.length) return h("p", { class: "muted" }, page.installed ? t("models.catalog_empty") : t("common.loading"));
+  if (!entries.length) return h("p", { class: "muted" },
+    page.installed ? t("models.catalog_empty") : t("common.loading"));
   const busy = page.busyJob();
   const hw = page.modelsBody?.hardware;
   const rank = (c) => (c.recommended ? 0 : fitText(c, hw)?.fits === false ? 2 : 1);

@@ -28,10 +28,12 @@ export function computerView(system, health) {
 
   const facts = [
     [t("models.hw_in_use"), s.backend === "cpu" || !s.backend ? t("models.hw_processor") : t("models.hw_graphics")],
-    [t("models.hw_cores"), s.cpu_count ? t("models.hw_cores_value", { cores: formatNumber(s.cpu_count), threads: threadText }) : threadText],
+    [t("models.hw_cores"), s.cpu_count
+      ? t("models.hw_cores_value", { cores: formatNumber(s.cpu_count), threads: threadText }) : threadText],
     s.memory_bytes ? [t("models.hw_memory"), formatBytes(s.memory_bytes)] : null,
     [t("models.hw_gpu_label"), gpus.length
-      ? gpus.map((g) => [g.description || g.name, g.memory_bytes ? ` (${formatBytes(g.memory_bytes)})` : ""].join("")).join(", ")
+      ? gpus.map((g) => [g.description || g.name, g.memory_bytes ? ` (${formatBytes(g.memory_bytes)})` : ""].join(""))
+        .join(", ")
       : t("models.hw_gpu_none")],
   ];
 
@@ -49,7 +51,8 @@ export function computerView(system, health) {
       h("dl", { class: "facts" },
         h("dt", {}, t("models.hw_llama")), h("dd", {}, s.llama_cpp_version || "?"),
         h("dt", {}, t("models.hw_backends")), h("dd", {}, (s.backends || []).join(", ") || "?"),
-        s.cpu_features?.length ? [h("dt", {}, t("models.hw_features")), h("dd", { class: "hw-features" }, s.cpu_features.join(" "))] : null,
+        s.cpu_features?.length ? [h("dt", {}, t("models.hw_features")),
+          h("dd", { class: "hw-features" }, s.cpu_features.join(" "))] : null,
         sp.why ? [h("dt", {}, t("models.hw_exact")), h("dd", {}, sp.why)] : null,
         s.home ? [h("dt", {}, t("models.hw_home")), h("dd", { class: "path" }, s.home)] : null)),
   ];
@@ -68,17 +71,20 @@ function leadText(s, gpus, threadText) {
   if (s.reason === "gpu_not_found") {
     const gpuBackends = (s.backends || []).filter((b) => !["cpu", "blas", "rpc"].includes(b.toLowerCase()));
     return { lead: t("models.hw_cpu", { threads: threadText }),
-      why: t("models.hw_gpu_not_found", { backends: gpuBackends.map((b) => BACKEND_NAMES[b.toLowerCase()] || b).join(", ") || "GPU" }) };
+      why: t("models.hw_gpu_not_found",
+        { backends: gpuBackends.map((b) => BACKEND_NAMES[b.toLowerCase()] || b).join(", ") || "GPU" }) };
   }
   const build = s.llama_build || {};
   const fallback = { // the package has a graphics-card (CUDA) build, and this is why it was not used
     driver_missing: () => t("models.hw_driver_missing"),
-    driver_too_old: () => t("models.hw_driver_too_old", { have: build.driver?.cuda_version || "?", need: build.cuda_needed ?? "?" }),
+    driver_too_old: () => t("models.hw_driver_too_old",
+      { have: build.driver?.cuda_version || "?", need: build.cuda_needed ?? "?" }),
     no_cuda_device: () => t("models.hw_no_cuda_device"),
     cuda_load_failed: () => t("models.hw_cuda_load_failed", { error: build.error || "?" }),
   }[s.reason];
   if (fallback) return { lead: t("models.hw_cpu", { threads: threadText }), why: fallback() };
-  return { lead: s.summary || t("models.unknown"), why: null }; // a reason this page does not know yet: the server's own words
+  // a reason this page does not know yet: the server's own words
+  return { lead: s.summary || t("models.unknown"), why: null };
 }
 
 /** Whether speculative decoding is on at all on this computer, for "Your computer". */

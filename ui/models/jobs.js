@@ -112,7 +112,8 @@ export class JobTracker {
         const pct = Math.floor((100 * done) / job.total_bytes);
         this.progress.max = job.total_bytes;
         this.progress.value = done;
-        this.bytes.textContent = t("models.bytes_of", { done: formatBytes(done), total: formatBytes(job.total_bytes), percent: pct });
+        this.bytes.textContent = t("models.bytes_of",
+          { done: formatBytes(done), total: formatBytes(job.total_bytes), percent: pct });
       } else {
         this.progress.removeAttribute("value"); // indeterminate: pip says nothing we can measure
         this.bytes.textContent = job.phase === "download" ? t("models.download_wait") : t("models.please_wait");

@@ -74,9 +74,12 @@ function cpuSentence(catalog, defaultName, standardTitle) {
   const lines = [t("models.tier_cpu", { default: standardTitle })];
   const others = catalog.filter((c) => c.cpu && c.fits && c.name !== defaultName);
   const fastest = others.filter((c) => c.speed).sort((a, b) => b.speed.tokens_per_s - a.speed.tokens_per_s)[0];
-  if (fastest) lines.push(t("models.tier_cpu_slow", { model: fastest.title || fastest.name, speed: speedText(fastest.speed) }));
-  else if (others.length) lines.push(t("models.tier_cpu_more", { models: formatList(others.map((c) => c.title || c.name)) }));
-  return { text: lines.join(language().startsWith("zh") ? "" : " "), entry: null }; // Chinese puts no space between sentences
+  if (fastest) lines.push(t("models.tier_cpu_slow",
+    { model: fastest.title || fastest.name, speed: speedText(fastest.speed) }));
+  else if (others.length) lines.push(t("models.tier_cpu_more",
+    { models: formatList(others.map((c) => c.title || c.name)) }));
+  // Chinese puts no space between sentences
+  return { text: lines.join(language().startsWith("zh") ? "" : " "), entry: null };
 }
 
 /** One catalog card's "does it fit here" words and whether it fits: {text, fits}; null when not known. */

@@ -94,11 +94,13 @@ export function inferSchema(value) {
     return { type: "array", items: inferSchema(first) };
   }
   if (typeof value === "object") {
-    return { type: "object", properties: Object.fromEntries(Object.entries(value).map(([k, v]) => [k, inferSchema(v)])) };
+    return { type: "object",
+      properties: Object.fromEntries(Object.entries(value).map(([k, v]) => [k, inferSchema(v)])) };
   }
   if (typeof value === "boolean") return { type: "boolean" };
   if (typeof value === "number") return { type: Number.isInteger(value) ? ["integer", "null"] : ["number", "null"] };
-  return /^\d{4}-\d{2}-\d{2}$/.test(value) ? { type: ["string", "null"], format: "date" } : { type: ["string", "null"] };
+  return /^\d{4}-\d{2}-\d{2}$/.test(value) ? { type: ["string", "null"], format: "date" }
+    : { type: ["string", "null"] };
 }
 
 // -- leaf controls ------------------------------------------------------------------
@@ -110,7 +112,8 @@ function leaf(node, kind, value, id, name) {
     const options = [...node.enum.filter((v) => v !== null)];
     if (value !== null && value !== undefined && !options.includes(value)) options.push(value);
     const control = h("select", { id, ...aria },
-      node.nullable || value === null || value === undefined ? h("option", { value: "" }, t("workorders.not_set")) : null,
+      node.nullable || value === null || value === undefined
+        ? h("option", { value: "" }, t("workorders.not_set")) : null,
       options.map((v) => h("option", { value: String(v), selected: v === value }, valueLabel(v))));
     if (value === null || value === undefined) control.value = "";
     return {
@@ -155,7 +158,8 @@ function leaf(node, kind, value, id, name) {
     };
   }
   if (kind === "json") {
-    const control = h("textarea", { id, rows: 3, class: "wo-json", ...aria }, value === undefined ? "" : JSON.stringify(value, null, 2));
+    const control = h("textarea", { id, rows: 3, class: "wo-json", ...aria },
+      value === undefined ? "" : JSON.stringify(value, null, 2));
     return {
       control, kind,
       read: () => {
@@ -204,7 +208,8 @@ export function buildForm(schema, value) {
     const hint = hintText ? h("span", { class: "hint", id: `${id}-hint` }, hintText) : null;
     if (hint) l.control.setAttribute("aria-describedby", hint.id);
     const wrap = kind === "bool"
-      ? h("div", { class: "wo-field wo-field-bool", dataset: { path } }, h("label", { class: "inline", for: id }, l.control, label))
+      ? h("div", { class: "wo-field wo-field-bool", dataset: { path } },
+        h("label", { class: "inline", for: id }, l.control, label))
       : h("div", { class: `wo-field wo-field-${kind}`, dataset: { path } },
         h("label", { for: id }, h("span", { class: "wo-label" }, label), hint, l.control));
     place(path, wrap, l.control);
@@ -214,9 +219,11 @@ export function buildForm(schema, value) {
 
   function objectField(node, val, path, label) {
     const obj = val && typeof val === "object" && !Array.isArray(val) ? val : {};
-    const children = Object.entries(node.properties || {}).map(([k, n]) => [k, field(k, n, obj[k], path ? `${path}.${k}` : k)]);
+    const children = Object.entries(node.properties || {})
+      .map(([k, n]) => [k, field(k, n, obj[k], path ? `${path}.${k}` : k)]);
     const el = path
-      ? h("fieldset", { class: "wo-fieldset", dataset: { path } }, h("legend", {}, label), h("div", { class: "wo-grid" }, children.map(([, c]) => c.el)))
+      ? h("fieldset", { class: "wo-fieldset", dataset: { path } }, h("legend", {}, label),
+        h("div", { class: "wo-grid" }, children.map(([, c]) => c.el)))
       : h("div", { class: "wo-grid" }, children.map(([, c]) => c.el));
     if (path) place(path, el, el.querySelector("input, select, textarea"));
     return { el, read: () => Object.fromEntries(children.map(([k, c]) => [k, c.read()])) };
@@ -237,7 +244,8 @@ export function buildForm(schema, value) {
     function renumber() {
       rows.forEach((r, i) => {
         r.num.textContent = String(i + 1);
-        for (const c of r.cells) c.control.setAttribute("aria-label", `${c.label}, ${t("workorders.line_n", { n: i + 1 })}`);
+        for (const c of r.cells) c.control.setAttribute("aria-label",
+          `${c.label}, ${t("workorders.line_n", { n: i + 1 })}`);
         r.remove.setAttribute("aria-label", t("workorders.remove_line", { n: i + 1 }));
       });
       empty.hidden = rows.length > 0;
@@ -270,7 +278,8 @@ export function buildForm(schema, value) {
         },
       }, h("span", { "aria-hidden": "true" }, "✕"));
       row.remove.title = t("workorders.remove");
-      row.tr = h("tr", { dataset: rowPath ? { path: rowPath } : {} }, row.num, cells.map((c) => c.td), h("td", {}, row.remove));
+      row.tr = h("tr", { dataset: rowPath ? { path: rowPath } : {} }, row.num, cells.map((c) => c.td),
+        h("td", {}, row.remove));
       if (rowPath) place(rowPath, row.tr, cells[0]?.control);
       for (const c of cells) {
         // path: where the row is now (rows come and go); origin: where it was in the answer (null: added here)
@@ -294,7 +303,8 @@ export function buildForm(schema, value) {
     }, h("span", { "aria-hidden": "true" }, "+"), t("workorders.add_line"));
 
     const table = h("table", { class: "wo-table", "aria-labelledby": headId },
-      h("thead", {}, h("tr", {}, h("th", { scope: "col", class: "wo-num" }, h("span", { class: "visually-hidden" }, t("workorders.line"))),
+      h("thead", {}, h("tr", {},
+        h("th", { scope: "col", class: "wo-num" }, h("span", { class: "visually-hidden" }, t("workorders.line"))),
         cols.map((c) => h("th", { scope: "col", class: `wo-col-${c.kind}` }, c.label)),
         h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, t("workorders.actions"))))),
       body);
@@ -333,7 +343,8 @@ export function buildForm(schema, value) {
         where.control.setAttribute("aria-describedby", was ? `${was} ${where.box.id}` : where.box.id);
       }
     }
-    const words = severity === "info" ? text : t("workorders.flag_line", { severity: t(`workorders.severity_${severity}`), text });
+    const words = severity === "info" ? text
+      : t("workorders.flag_line", { severity: t(`workorders.severity_${severity}`), text });
     const compact = where.wrap.tagName === "TD" || where.wrap.tagName === "TR";
     where.box.append(h("li", { class: `wo-flag-msg wo-flag-${severity}`, title: compact ? words : null },
       h("span", { class: "wo-flag-icon", "aria-hidden": "true" }, severity === "info" ? "ℹ" : "⚠"),

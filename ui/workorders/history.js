@@ -35,7 +35,8 @@ export function historyCard({ templateTitle, currentId, open }) {
     h("div", { class: "row" },
       h("h2", { id: "wo-history-title", class: "grow" }, t("workorders.history_title")),
       h("button", { type: "button", class: "small", onclick: () => load() }, t("workorders.refresh")),
-      h("button", { type: "button", class: "small", onclick: exportCsv }, h("span", { "aria-hidden": "true" }, "⤓"), t("workorders.export_csv"))),
+      h("button", { type: "button", class: "small", onclick: exportCsv },
+        h("span", { "aria-hidden": "true" }, "⤓"), t("workorders.export_csv"))),
     status, body);
 
   function mark() {
@@ -58,7 +59,8 @@ export function historyCard({ templateTitle, currentId, open }) {
     }
     const records = (res.data || []).map(fromAudit);
     rows = new Map(records.map((r) => [r.id, r]));
-    status.textContent = res.total > records.length ? t("workorders.history_more", { n: records.length, total: res.total }) : "";
+    status.textContent = res.total > records.length
+      ? t("workorders.history_more", { n: records.length, total: res.total }) : "";
     if (!records.length) {
       body.replaceChildren(h("p", { class: "muted" }, t("workorders.history_empty")));
       return;
@@ -103,13 +105,15 @@ export function historyCard({ templateTitle, currentId, open }) {
         if (res.status === 401) window.dispatchEvent(new CustomEvent("flashdesk:need-key"));
         throw new Error(message);
       }
-      const name = /filename="([^"]+)"/.exec(res.headers.get("content-disposition") || "")?.[1] || `workorders-${isoDate(new Date())}.csv`;
+      const name = /filename="([^"]+)"/.exec(res.headers.get("content-disposition") || "")?.[1]
+        || `workorders-${isoDate(new Date())}.csv`;
       const text = await res.text(); // the decoder drops the BOM Excel needs to read UTF-8: put it back
       download(name, text.startsWith("\ufeff") ? text : `\ufeff${text}`, "text/csv;charset=utf-8");
       status.textContent = t("workorders.exported", { name });
     } catch (e) {
       status.textContent = "";
-      body.prepend(h("div", { class: "error-box", role: "alert" }, t("workorders.export_failed", { message: errorText(e) })));
+      body.prepend(h("div", { class: "error-box", role: "alert" },
+        t("workorders.export_failed", { message: errorText(e) })));
     }
   }
 

@@ -100,7 +100,8 @@ class WorkOrdersPage {
     this.templateSelect = h("select", { id: "wo-template", onchange: () => this.showTemplateHint() });
     this.templateHint = h("span", { class: "hint", id: "wo-template-hint" });
     this.templateSelect.setAttribute("aria-describedby", this.templateHint.id);
-    this.dateInput = h("input", { type: "date", id: "wo-sent", value: saved.sentDate || today(), "aria-describedby": "wo-sent-hint" });
+    this.dateInput = h("input", { type: "date", id: "wo-sent", value: saved.sentDate || today(),
+      "aria-describedby": "wo-sent-hint" });
     this.textArea = h("textarea", {
       id: "wo-text", rows: 9, spellcheck: "false", placeholder: t("workorders.text_placeholder"),
       "aria-describedby": "wo-drop-hint",
@@ -115,34 +116,30 @@ class WorkOrdersPage {
     });
     this.mailInfo = h("div", { class: "wo-mail", hidden: true });
     this.parseButton = h("button", { type: "submit", class: "primary wo-parse" }, t("workorders.parse"));
-    this.stopButton = h("button", { type: "button", hidden: true, onclick: () => this.controller?.abort() }, t("workorders.stop"));
+    this.stopButton = h("button", { type: "button", hidden: true, onclick: () => this.controller?.abort() },
+      t("workorders.stop"));
     this.elapsed = h("span", { class: "hint wo-elapsed", "aria-hidden": "true" });
     this.status = h("p", { class: "wo-status", role: "status", "aria-live": "polite" });
     this.errorBox = h("div", { class: "error-box", role: "alert", hidden: true });
     const drop = h("div", { class: "wo-drop" },
-      h("label", { for: "wo-text" }, h("span", { class: "wo-label" }, t("workorders.text_label"))),
-      this.textArea,
+      h("label", { for: "wo-text" }, h("span", { class: "wo-label" }, t("workorders.text_label"))), this.textArea,
       h("div", { class: "row wo-file-row" },
-        h("button", { type: "button", onclick: () => fileInput.click() }, t("workorders.choose_file")),
-        fileInput,
-        h("button", { type: "button", class: "ghost wo-example", onclick: () => this.fillExample() }, t("workorders.try_example")),
+        h("button", { type: "button", onclick: () => fileInput.click() }, t("workorders.choose_file")), fileInput,
+        h("button", { type: "button", class: "ghost wo-example", onclick: () => this.fillExample() },
+          t("workorders.try_example")),
         h("span", { class: "hint", id: "wo-drop-hint" }, t("workorders.drop_hint"))),
       this.mailInfo);
     this.inputForm = h("form", {
       class: "card stack wo-input", "aria-labelledby": "wo-input-title",
-      onsubmit: (e) => {
-        e.preventDefault();
-        this.parse();
-      },
+      onsubmit: (e) => { e.preventDefault(); this.parse(); },
     },
     h("h2", { id: "wo-input-title" }, t("workorders.input_title")),
     h("div", { class: "wo-input-top" },
-      h("label", { for: "wo-template", class: "grow" }, h("span", { class: "wo-label" }, t("workorders.template_label")),
-        this.templateSelect, this.templateHint),
-      h("label", { for: "wo-sent", class: "wo-sent" }, h("span", { class: "wo-label" }, t("workorders.sent_label")), this.dateInput,
-        h("span", { class: "hint", id: "wo-sent-hint" }, t("workorders.sent_hint")))),
-    drop,
-    this.errorBox,
+      h("label", { for: "wo-template", class: "grow" },
+        h("span", { class: "wo-label" }, t("workorders.template_label")), this.templateSelect, this.templateHint),
+      h("label", { for: "wo-sent", class: "wo-sent" }, h("span", { class: "wo-label" }, t("workorders.sent_label")),
+        this.dateInput, h("span", { class: "hint", id: "wo-sent-hint" }, t("workorders.sent_hint")))),
+    drop, this.errorBox,
     h("div", { class: "row" }, this.parseButton, this.stopButton, this.elapsed, this.status));
 
     // -- the result
@@ -160,15 +157,15 @@ class WorkOrdersPage {
       h("div", { class: "wo-columns" },
         h("section", { class: "card wo-original", "aria-labelledby": "wo-original-title" },
           h("h3", { id: "wo-original-title" }, t("workorders.original_title")),
-          h("p", { class: "hint" }, h("mark", { class: "wo-mark wo-legend" }, t("workorders.legend_mark")), " ", t("workorders.legend_hint")),
-          this.copiedLegend = copiedLegend(),
-          this.originalText),
+          h("p", { class: "hint" }, h("mark", { class: "wo-mark wo-legend" }, t("workorders.legend_mark")), " ",
+            t("workorders.legend_hint")),
+          this.copiedLegend = copiedLegend(), this.originalText),
         h("section", { class: "card wo-fields stack", "aria-labelledby": "wo-fields-title" },
-          h("h3", { id: "wo-fields-title" }, t("workorders.fields_title")),
-          this.formBox,
+          h("h3", { id: "wo-fields-title" }, t("workorders.fields_title")), this.formBox,
           h("div", { class: "row wo-actions" },
             h("button", { type: "button", onclick: () => this.copyJson() }, t("workorders.copy_json")),
-            h("button", { type: "button", onclick: () => this.downloadJson() }, h("span", { "aria-hidden": "true" }, "⤓"), t("workorders.download_json")),
+            h("button", { type: "button", onclick: () => this.downloadJson() },
+              h("span", { "aria-hidden": "true" }, "⤓"), t("workorders.download_json")),
             this.copyStatus))));
 
     // -- history (history.js): Open shows the record, through the route when it is another
@@ -242,17 +239,18 @@ class WorkOrdersPage {
     saved.mail = mail;
     this.mailInfo.hidden = !mail;
     if (!mail) return;
-    const line = (key, value) => value && h("div", {}, h("span", { class: "wo-mail-key" }, t(key)), " ", h("span", { class: "wo-data" }, value));
-    clear(this.mailInfo,
-      line("workorders.mail_file", mail.name), line("workorders.mail_from", mail.from), line("workorders.mail_subject", mail.subject),
-      line("workorders.mail_date", mail.date));
+    const line = (key, value) => value && h("div", {}, h("span", { class: "wo-mail-key" }, t(key)), " ",
+      h("span", { class: "wo-data" }, value));
+    clear(this.mailInfo, line("workorders.mail_file", mail.name), line("workorders.mail_from", mail.from),
+      line("workorders.mail_subject", mail.subject), line("workorders.mail_date", mail.date));
   }
 
   async readFile(file, count = 1) {
     this.errorBox.hidden = true;
     const kind = messageFileKind(file);
     if (!kind) return this.showError(this.errorBox, t("workorders.file_type", { name: file.name }));
-    const tooBig = file.size > MAX_FILE && t("workorders.file_too_big", { name: file.name, size: formatBytes(file.size) });
+    const tooBig = file.size > MAX_FILE
+      && t("workorders.file_too_big", { name: file.name, size: formatBytes(file.size) });
     if (tooBig) return this.showError(this.errorBox, tooBig);
     try {
       const { text, mail } = await readMessageFile(file, kind);
@@ -264,13 +262,15 @@ class WorkOrdersPage {
       return;
     }
     if (!this.textArea.value.trim()) this.showError(this.errorBox, t("workorders.file_empty", { name: file.name }));
-    this.say(count > 1 ? t("workorders.file_loaded_first", { name: file.name }) : t("workorders.file_loaded", { name: file.name }));
+    this.say(count > 1 ? t("workorders.file_loaded_first", { name: file.name })
+      : t("workorders.file_loaded", { name: file.name }));
   }
 
   busy(on) {
     this.parseButton.disabled = on;
     this.parseButton.setAttribute("aria-busy", on ? "true" : "false");
-    this.parseButton.replaceChildren(...(on ? [h("span", { class: "wo-spinner", "aria-hidden": "true" }), t("workorders.parsing")] : [t("workorders.parse")]));
+    this.parseButton.replaceChildren(...(on ? [h("span", { class: "wo-spinner", "aria-hidden": "true" }),
+      t("workorders.parsing")] : [t("workorders.parse")]));
     this.stopButton.hidden = !on;
     this.inputForm.setAttribute("aria-busy", on ? "true" : "false");
     clearInterval(this.timer);
@@ -335,7 +335,8 @@ class WorkOrdersPage {
       h("span", {}, rec.time ? formatTime(rec.time) : ""),
       " ", statusBadge(rec.status));
     this.resultError.hidden = true;
-    if (rec.error && !rec.output) this.showError(this.resultError, t("workorders.record_failed", { message: rec.error }));
+    if (rec.error && !rec.output) this.showError(this.resultError,
+      t("workorders.record_failed", { message: rec.error }));
 
     this.formBox.replaceChildren();
     if (rec.output && schema) {

@@ -12,7 +12,8 @@ export function fromParse(res, text) {
   return {
     id: res.id, template: res.template, model: res.model, time: res.created, text, sentDate: res.sent_date,
     output: res.result, valid: res.valid, needsReview: res.needs_review, reasons: res.review_reasons || [],
-    details: res.review_details || [], warnings: res.warnings || [], error: res.valid ? null : (res.errors || []).join("; ") || null,
+    details: res.review_details || [], warnings: res.warnings || [],
+    error: res.valid ? null : (res.errors || []).join("; ") || null,
     status: !res.valid ? "invalid" : res.needs_review ? "needs_review" : "ok",
     unavailable: res.unavailable || {}, // through a backend: what it could not do (unavailable.js)
     sources: res.sources || {}, // copy fields: where in `text` each was copied from (marks.js)

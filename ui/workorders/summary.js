@@ -56,9 +56,11 @@ export function showReview(summary, rec, form, schema) {
   }, pathLabel(f.path, schema));
   clear(summary,
     h("p", { class: "wo-summary-title" }, h("span", { "aria-hidden": "true" }, "⚠ "),
-      h("strong", {}, must ? plural("workorders.flags_count", must) : look ? plural("workorders.look_count", look) : t("workorders.check_answer"))),
+      h("strong", {}, must ? plural("workorders.flags_count", must)
+        : look ? plural("workorders.look_count", look) : t("workorders.check_answer"))),
     real.length ? h("ul", { class: "wo-summary-list" }, real.map((f) => h("li", { class: `wo-flag-${f.severity}` },
-      linkLine(goto(f), f.text), f.severity === "review" ? h("span", { class: "wo-must" }, t("workorders.must_check")) : null))) : null,
+      linkLine(goto(f), f.text),
+      f.severity === "review" ? h("span", { class: "wo-must" }, t("workorders.must_check")) : null))) : null,
     notes.length ? h("ul", { class: "wo-summary-list" }, notes.map((f) => h("li", {}, f.text))) : null);
   return { flagged, flagCount };
 }

@@ -25,7 +25,7 @@ from ...runtime import speculation
 from ...runtime.served import Runtime
 
 router = APIRouter()
-BACKEND_STATUS = {"up": 200, "down": 503, "failing": 502}  # BackendEngine.probe()'s states
+BACKEND_STATUS = {"up": 200, "down": 503, "failing": 502}  # BackendEngine.health()'s states
 
 
 @router.get("/health")
@@ -41,7 +41,7 @@ async def health(request: Request):
     if eng is None:
         body["speculation"] = speculation.names()
     else:  # a backend's state is asked now (None: nothing is behind this engine)
-        backend, body["speculation"] = await asyncio.gather(eng.probe(), speculation.published(eng))
+        backend, body["speculation"] = await asyncio.gather(eng.health(), speculation.published(eng))
         if backend is not None:
             body["backend"], status = backend, BACKEND_STATUS[backend["status"]]
             if status != 200:  # nothing can be answered: the UI shows this as it shows a model that failed to load

@@ -158,7 +158,8 @@ function parseQuote(lines, i, parent, depth, o) {
     const t = lines[i].trimStart();
     if (t[0] === '>') inner.push(t.slice(t[1] === ' ' ? 2 : 1));
     // Lazy continuation: "> a\nb" keeps b in the quote, as in CommonMark.
-    else if (inner.length && t && !isBlank(inner[inner.length - 1]) && !interrupts(lines[i], lines[i + 1])) inner.push(t);
+    else if (inner.length && t && !isBlank(inner[inner.length - 1]) &&
+      !interrupts(lines[i], lines[i + 1])) inner.push(t);
     else break;
   }
   if (parent) parseBlocks(inner, parent.appendChild(el('blockquote')), depth + 1, false, o);

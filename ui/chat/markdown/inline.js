@@ -176,7 +176,8 @@ export function renderInline(src, parent, noLinks) {
       // "_" must not open/close inside words, so snake_case_names stay intact.
       const open = c === '_' ? left && (!right || bP) : left, close = c === '_' ? right && (!left || aP) : right;
       flush();
-      const d = push(list, { t: 'text', s: src.slice(i, k), ch: c, n: len, orig: len, open, close, dprev: null, dnext: null });
+      const d = push(list, { t: 'text', s: src.slice(i, k), ch: c, n: len, orig: len, open, close,
+        dprev: null, dnext: null });
       if (open || close) {
         d.dprev = delims.tail;
         if (delims.tail) delims.tail.dnext = d; else delims.head = d;
@@ -266,7 +267,8 @@ function resolveEmphasis(delims) {
     while (op && op !== bottom && !(op.ch === closer.ch && op.open && canPair(op, closer))) op = op.dprev;
     if (op && op !== bottom) {
       const use = closer.ch === '~' || (op.n >= 2 && closer.n >= 2) ? 2 : 1;
-      const wrap = { t: 'el', tag: closer.ch === '~' ? 'del' : use === 2 ? 'strong' : 'em', prev: op, next: closer, head: null, tail: null };
+      const wrap = { t: 'el', tag: closer.ch === '~' ? 'del' : use === 2 ? 'strong' : 'em',
+        prev: op, next: closer, head: null, tail: null };
       if (op.next !== closer) {
         wrap.head = op.next; wrap.tail = closer.prev;
         wrap.head.prev = null; wrap.tail.next = null;

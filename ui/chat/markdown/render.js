@@ -46,7 +46,8 @@ export function renderInto(element, text, opts = {}) {
   const valid = prev && prev.sig === sig && element.childNodes.length === prev.count && element.lastChild === prev.last;
   views.delete(element);
   try {
-    const lines = toText(text).split('\n'), old = valid ? prev.blocks : [], blocks = [], frag = document.createDocumentFragment();
+    const lines = toText(text).split('\n'), old = valid ? prev.blocks : [], blocks = [],
+      frag = document.createDocumentFragment();
     let kept = 0, count = 0;
     for (let i = 0; i < lines.length;) {
       if (isBlank(lines[i])) { i++; continue; }

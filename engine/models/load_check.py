@@ -2,7 +2,7 @@
 
 llama.cpp aborts the whole process on some malformed files, so a file the user
 imports is first loaded here, in a throw-away process: a crash there costs nothing.
-Run as `python -m engine.models.probe PATH`; prints one JSON object (ModelInfo) on success.
+Run as `python -m engine.models.load_check PATH`; prints one JSON object (ModelInfo) on success.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from dataclasses import asdict
 from ..errors import ModelLoadError
 
 
-def probe(path: str, timeout: float = 300.0) -> dict:
+def load_check(path: str, timeout: float = 300.0) -> dict:
     """ModelInfo of `path` as a dict, loaded in a child process; raises ModelLoadError."""
     try:
-        out = subprocess.run([sys.executable, "-m", "engine.models.probe", path], capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "engine.models.load_check", path], capture_output=True,
                              text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise ModelLoadError(f"llama.cpp took over {timeout:.0f} s to load {path}") from None
