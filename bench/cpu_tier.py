@@ -3,13 +3,13 @@
 Every catalog entry offered to a computer without a graphics card (`cpu`) is measured: SmolLM2 as
 its own file, the others as random targets of their real shapes, quantized as published
 (gguf_tools/random_targets/real.py; written once into --dir, a few minutes each). The prediction
-(engine/models/speed.py) comes from one measurement with SmolLM2, the model a new install serves
-(engine/models/measure.py), exactly as the Models page makes it. Entries alternate round by round
+(engine/advisor/speed.py) comes from one measurement with SmolLM2, the model a new install serves
+(engine/advisor/measure.py), exactly as the Models page makes it. Entries alternate round by round
 (A B C D, A B C D, ...); each figure is a median over rounds. One "work order" is what speed.py
 prices: WORK_ORDER_PROMPT_TOKENS read in one batch, then WORK_ORDER_ANSWER_TOKENS decoded one by
 one; its decode phase gives tokens a second.
 
-Then the recommendation per computer (engine/models/tiers.py): RAM 8/16/32 GB without a graphics card
+Then the recommendation per computer (engine/advisor/tiers.py): RAM 8/16/32 GB without a graphics card
 at this machine's memory rate, at half and at a quarter of it, and with an 8 GB and a 24 GB graphics
 card (table() says why cores share a row).
 
@@ -38,7 +38,8 @@ from bench.harness import test_home
 from bench.lib import Record
 from engine.llama.context import Context, ContextConfig
 from engine.llama.model import Model
-from engine.models import catalog, measure, speed, tiers
+from engine.models import catalog
+from engine.advisor import measure, speed, tiers
 from engine.models.store import ModelStore
 from gguf_tools.random_targets.real import SHAPES, write_real_shape
 from server.settings import ENGINE_DEFAULTS

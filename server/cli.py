@@ -16,12 +16,12 @@ import time
 
 from pydantic import ValidationError
 
-from engine import EngineError, hardware
-from engine.models import measure, tiers
+from engine import EngineError
+from engine.advisor import hardware, measure, tiers
 from engine.models.catalog import DEFAULT_MODEL
 from engine.models.store import ModelStore
 from engine.models.pull import pull
-from engine.models.speed import Speed
+from engine.advisor.speed import Speed
 
 from . import flags
 from .settings import ENGINE_DEFAULTS, Settings

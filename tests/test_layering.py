@@ -60,6 +60,9 @@ NEVERS = (
               Allow(("engine/models/store.py",), "pairing reads a draft's header with the DFlash drafter's own "
                     "check, the one that decides whether it loads (inside pair() only)", lazy_only=True),
           )),
+    Never("engine/advisor says what this computer can run: it never reaches the structured-output compiler or "
+          "the generation core (docs/architecture.md)", ("engine/advisor",),
+          ("engine.grammar", "engine.speculative", "engine.worker", "engine.slot", "engine.prefix")),
     Never("engine never imports draft_training or torch: training is the optional [train] extra",
           ("engine",), ("draft_training", "torch")),
     Never("gguf_tools never imports the server or the engine: it is the format layer both stand on",

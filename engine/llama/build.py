@@ -5,7 +5,7 @@ The Windows package carries two builds side by side (installers/windows/build.ps
   llama_cpp/lib_cuda/  a CUDA build, with the CUDA runtime DLLs it links
 The CUDA build cannot even load without the NVIDIA driver (ggml-cuda links it), and with a
 driver older than its CUDA runtime it loads but finds no GPU. So the driver is asked first,
-and the answer goes, as a reason code, to the hardware report (engine/hardware.py), which
+and the answer goes, as a reason code, to the hardware report (engine/advisor/hardware.py), which
 puts it in plain words in the log and on the models page: never a silent CPU fallback.
 
 llama-cpp-python 0.3.36 reads LLAMA_CPP_LIB_PATH once, when llama_cpp.llama_cpp is

@@ -1,4 +1,4 @@
-"""ggml's device registry and llama.cpp's build facts, for the hardware report (engine/hardware.py).
+"""ggml's device registry and llama.cpp's build facts, for the hardware report (engine/advisor/hardware.py).
 
 llama-cpp-python 0.3.36 does not bind ggml's device registry, so the few ggml_backend_*
 calls needed are declared here with ctypes on the libggml of the build this process loaded
@@ -114,7 +114,7 @@ def exactness_case() -> tuple[str, int | None]:
     its band of rows (which it keeps off llamafile's sgemm), the patch switched off at run time
     (measured), llamafile's sgemm without the patch (never exact), or a stock build (measured). The
     load-time judge (engine/speculative/exactness.py) and the doctor's promise before any model
-    loads (engine/hardware.py) both read it."""
+    loads (engine/advisor/hardware.py) both read it."""
     band = row_band()
     if band is not None:
         return BANDED, band

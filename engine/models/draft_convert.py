@@ -20,7 +20,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from .. import hardware
+from ..advisor import hardware
 from ..errors import InvalidModelFile
 from .catalog import CatalogEntry, DraftSpec, HubFile
 from .files import Progress, ProgressFactory

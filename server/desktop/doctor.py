@@ -53,7 +53,7 @@ def _settings_env() -> dict:
 def report(home: str | None = None) -> dict:
     import llama_cpp
 
-    from engine.hardware import report as hardware
+    from engine.advisor.hardware import report as hardware
 
     store = ModelStore(home)
     models = [{"name": m.name, "file": m.file, "size": m.size, "architecture": m.architecture,

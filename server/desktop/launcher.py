@@ -133,7 +133,7 @@ def run(home: str | None = None, port: int | None = None, model: str | None = No
         open_browser: bool = True, window: bool = True) -> int:
     import uvicorn
 
-    from engine.hardware import report
+    from engine.advisor.hardware import report
 
     from ..http import shutdown
     from ..http.app import create_app

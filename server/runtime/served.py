@@ -24,7 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Literal
 
-from engine import Engine, EngineConfig, EngineError, EngineStopped, hardware
+from engine import Engine, EngineConfig, EngineError, EngineStopped
+from engine.advisor import hardware
 from engine.api import EngineAPI
 from engine.stats import MEASURED_FILE, EngineStats
 from engine.models.store import InstalledModel, ModelStore
@@ -234,7 +235,7 @@ class Runtime:
 
     def idle(self) -> bool:
         """Whether no request is admitted, answered or waiting and no model is loading: then the
-        processor is free for measuring this computer (engine/models/measure.py)."""
+        processor is free for measuring this computer (engine/advisor/measure.py)."""
         now = self.served
         if now.status == "loading" or self._admitting:
             return False

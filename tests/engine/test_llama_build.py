@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from engine.hardware import describe
+from engine.advisor.hardware import describe
 from engine.llama.build import CudaDriver, LlamaBuild, choose, cuda_driver, cuda_runtime_major, resolve
 from llama_package import package
 
@@ -110,7 +110,7 @@ def run_python(pkg: Path, code: str, **env) -> dict:
 
 REPORT = """
 import json, engine, llama_cpp
-from engine.hardware import report
+from engine.advisor.hardware import report
 r = report(2)
 print(json.dumps({"summary": r["summary"], "reason": r["reason"], "build": r["llama_build"], "devices": r["devices"],
                   "loaded": str(llama_cpp.llama_cpp._base_path), "pkg": llama_cpp.__file__}))

@@ -4,7 +4,7 @@
 // without a usable graphics card, with the speed its processor would give: "about 4 words a
 // second here, about 50 seconds per work order"), and each card's fit and speed words.
 // Shared by the Models page and the chat page's first-run notice, so both say the same.
-// Functions only: no requests, no state; engine/models/tiers.py decides what fits.
+// Functions only: no requests, no state; engine/advisor/tiers.py decides what fits.
 
 import { formatBytes } from "../dom.js";
 import { formatList, formatNumber, language, t } from "../i18n.js";
@@ -12,7 +12,7 @@ import { formatList, formatNumber, language, t } from "../i18n.js";
 const GIB = 2 ** 30;
 
 /** "about 4 words a second here, about 50 seconds per work order", from an entry's `speed` (words
- * of the reader's language, as engine/models/speed.py counts them). */
+ * of the reader's language, as engine/advisor/speed.py counts them). */
 export function speedText(speed) {
   const words = speed.words_per_s?.[language()] ?? speed.words_per_s?.en ?? speed.tokens_per_s;
   const secs = speed.work_order_s;

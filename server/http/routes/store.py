@@ -19,12 +19,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
-from engine import hardware
-from engine.models import measure, tiers
+from engine.advisor import hardware
+from engine.advisor import measure, tiers
 from engine.models.catalog import DEFAULT_MODEL, CatalogEntry, DraftSpec, HubFile
 from engine.errors import EngineError, InvalidRequest
 from engine.models.pull import pull as pull_model
-from engine.models.speed import WORDS_PER_TOKEN, Speed
+from engine.advisor.speed import WORDS_PER_TOKEN, Speed
 from engine.models.store import InstalledModel, ModelStore
 from gguf_tools import GGUFFormatError, check_gguf
 from gguf_tools.rollback import rollback_plan

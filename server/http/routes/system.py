@@ -1,4 +1,4 @@
-"""GET /v1/system: what hardware the model runs on (engine/hardware.py gathers the facts and
+"""GET /v1/system: what hardware the model runs on (engine/advisor/hardware.py gathers the facts and
 a `reason` code the UI words in the reader's language), plus the served model and, once it
 is loaded, the same speculation facts as /health (server/runtime/speculation.py `published`); null while loading.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from engine.hardware import report
+from engine.advisor.hardware import report
 from engine.models.store import ModelStore
 
 from ...runtime import speculation

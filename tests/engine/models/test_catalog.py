@@ -1,5 +1,5 @@
 """The catalog as data (engine/models/catalog.json against catalog.schema.json) and the hardware tiers
-(engine/models/tiers.py): every built-in pin is complete, no target is a draft, the memory a model needs
+(engine/advisor/tiers.py): every built-in pin is complete, no target is a draft, the memory a model needs
 follows its files and KV cache, and each kind of computer is offered what fits it."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from engine.models import catalog, tiers
+from engine.models import catalog
+from engine.advisor import tiers
 from engine.models.catalog import HubFile, PypiFile, looks_like_draft
 
 GiB = 1 << 30

@@ -23,7 +23,7 @@ from hub_standin import HubStandIn, point_hub_clients_at
 import gguf_tools.dflash.convert as gconvert
 from engine import Completion, SamplingParams
 from engine.errors import Cancelled, DownloadError
-from engine import hardware
+from engine.advisor import hardware
 from engine.models import hub
 from engine.models.draft_convert import DRAFT_DTYPE
 from engine.models.pull import pull
@@ -289,7 +289,7 @@ def test_a_converted_draft_gets_the_hostile_draft_checks(hub_env, files, tmp_pat
 def test_the_models_page_lists_a_checkpoint_draft_with_its_files(hub_env, files, tmp_path):
     """GET /v1/store/models's catalog entry (server/http/routes/store.py): the repository, revision and each
     pinned file, said to be converted here, and counted as a draft the entry has."""
-    from engine.models import tiers
+    from engine.advisor import tiers
     from server.http.routes.store import catalog_json
 
     home = tmp_path / "home"

@@ -7,9 +7,9 @@ file size is the bytes a token reads, within a few per cent. A token of a model 
 more then costs its file's bytes over the rate this computer's decode gets through weights, plus
 the per-token work that does not grow with the weights (graph set-up, norms, thread hand-offs).
 
-- The **weight rate** is timed on a throw-away file of two wide Q4_K layers (probe_model.py): the
+- The **weight rate** is timed on a throw-away file of two wide Q4_K layers (timing_file.py): the
   rate the kernels work through quantized weights at this thread count, capped by the **memory
-  rate** (a plain read of 1 GiB: on a computer with a cache as big as the probe, the cap decides).
+  rate** (a plain read of 1 GiB: on a computer with a cache as big as the timing file, the cap decides).
 - The **fixed time** is what the model in use's measured decode leaves once its own bytes are paid.
 - Reading a prompt costs the same share of a decode per token as it does for the model in use.
 
@@ -37,7 +37,7 @@ class Rates:
     """One measurement of this computer (measure.py)."""
 
     memory_bytes_per_s: float  # a plain read of RAM with the decode's threads
-    weights_bytes_per_s: float  # the probe file's bytes over one decode of it
+    weights_bytes_per_s: float  # the timing file's bytes over one decode of it
     in_use_bytes: int  # the file of the model in use
     decode_s: float  # one token's decode of it
     prefill_s: float  # one prompt token's share of a batch of it

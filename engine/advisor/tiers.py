@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .catalog import DEFAULT_MODEL, Catalog
+from ..models.catalog import DEFAULT_MODEL, Catalog
 from .speed import Rates, Speed, predict
 
 GPU_RESERVE = 1 << 30  # the display, the driver and other programs keep about 1 GiB of a graphics card
@@ -52,7 +52,7 @@ class Offer:
 
 
 def machine(gpu_offload: bool, devices: list[dict], ram_bytes: int | None) -> Machine:
-    """From GET /v1/system's facts (engine/hardware.py report): the first graphics card that has memory."""
+    """From GET /v1/system's facts (engine/advisor/hardware.py report): the first graphics card that has memory."""
     if gpu_offload:
         for d in devices:
             if d.get("type") in ("gpu", "igpu") and d.get("memory_bytes"):

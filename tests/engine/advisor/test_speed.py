@@ -1,4 +1,4 @@
-"""The CPU tier (engine/models/speed.py, measure.py, tiers.py): a computer without a graphics card is
+"""The CPU tier (engine/advisor/speed.py, measure.py, tiers.py): a computer without a graphics card is
 measured with the model in use, each processor entry gets a predicted speed from that, and the
 recommended entry is the best-ranked one that fits the RAM and keeps a usable speed.
 
@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from engine.models import catalog, measure, speed, tiers
-from engine.models.speed import Rates, Speed, predict
+from engine.models import catalog
+from engine.advisor import measure, speed, tiers
+from engine.advisor.speed import Rates, Speed, predict
 
 GIB = 1 << 30
 CELLS = 4096 * 2

@@ -1,8 +1,8 @@
 """Measure this computer for the speed prediction (speed.py): how fast its threads read memory, a
-decode of a throw-away file of wide Q4_K layers (probe_model.py), and a few decodes of the model in
+decode of a throw-away file of wide Q4_K layers (timing_file.py), and a few decodes of the model in
 use. A few seconds with SmolLM2.
 
-It runs in a child process (`python -m engine.models.measure MODEL THREADS`, one JSON line out), so
+It runs in a child process (`python -m engine.advisor.measure MODEL THREADS`, one JSON line out), so
 the serving engine's context and threads are never touched and a crash costs nothing. The results
 are kept in a small JSON file per model file, thread count and llama.cpp build, so a page does not
 wait for one on each visit. One measurement taken while the computer was busy (a test suite, a
@@ -35,10 +35,10 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from ..llama import ggml
-from . import probe_model
-from .catalog import DEFAULT_MODEL
+from . import timing_file
+from ..models.catalog import DEFAULT_MODEL
 from .speed import WORK_ORDER_PROMPT_TOKENS, Rates
-from .store import InstalledModel, ModelStore
+from ..models.store import InstalledModel, ModelStore
 
 log = logging.getLogger("flashdesk.engine")
 
@@ -47,7 +47,7 @@ DECODES = 16  # single-token decodes after it; their median is one token's time
 READ_BYTES = 1 << 30  # the memory probe's array: past any processor's caches (server L3 reaches hundreds of MB)
 READS = 5  # passes over it; the median counts (a shared machine's neighbours push single passes both ways)
 TIMEOUT_S = 120.0
-VERSION = 3  # of the cached JSON (3: the probe file's weight rate)
+VERSION = 3  # of the cached JSON (3: the timing file's weight rate)
 CACHE_NAME = "speed.json"  # in the store's home
 KEEP = 5  # measurements kept in the file, newest first: older ones age out, so the figure follows the computer
 WANT = 3  # idle measurements younger than FRESH_S wanted: with fewer, another is taken
@@ -117,7 +117,7 @@ def measure(model_path: str, threads: int, timeout: float = TIMEOUT_S,
     """This computer's Rates with the GGUF at `model_path`, measured in a child process. With `busy`,
     the child is killed as soon as it says True and None comes back: a request must not share the
     processor with a measurement, and a figure taken while it did would read too slow."""
-    child = subprocess.Popen([sys.executable, "-m", "engine.models.measure", model_path, str(threads)],
+    child = subprocess.Popen([sys.executable, "-m", "engine.advisor.measure", model_path, str(threads)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     while True:
@@ -264,9 +264,9 @@ def _main(path: str, threads: int) -> int:
     except ModelLoadError as e:
         print(f"\n{e.message}", file=sys.stderr)
         return 1
-    with tempfile.TemporaryDirectory(prefix="flashdesk-probe-") as tmp:
-        probe = probe_model.write(Path(tmp) / "probe.gguf")
-        weights = os.path.getsize(probe) / _decode_times(str(probe), threads)[0]
+    with tempfile.TemporaryDirectory(prefix="flashdesk-timing-") as tmp:
+        weights_file = timing_file.write(Path(tmp) / "timing.gguf")
+        weights = os.path.getsize(weights_file) / _decode_times(str(weights_file), threads)[0]
     rates = Rates(memory_rate(threads), weights, os.path.getsize(path), decode, prefill, threads)
     print(json.dumps(rates.__dict__))
     return 0

@@ -18,9 +18,9 @@ import ctypes
 import os
 import sys
 
-from .models import tiers
-from .llama import ggml
-from .llama.build import FALLBACK_REASONS, LlamaBuild, select_build
+from . import tiers
+from ..llama import ggml
+from ..llama.build import FALLBACK_REASONS, LlamaBuild, select_build
 
 GPU_TYPES = ("gpu", "igpu")
 BACKEND_NAMES = {"cuda": "CUDA", "metal": "Metal", "vulkan": "Vulkan", "rocm": "ROCm", "hip": "ROCm",
@@ -111,7 +111,7 @@ def exactness_promise(gpu_offload: bool) -> str:
 
 
 def machine() -> tiers.Machine:
-    """The memory catalog models compete for on this computer (engine/models/tiers.py)."""
+    """The memory catalog models compete for on this computer (engine/advisor/tiers.py)."""
     return tiers.machine(ggml.supports_gpu_offload(), ggml.devices()["devices"], memory_bytes())
 
 
