@@ -19,8 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
-from engine.advisor import hardware
-from engine.advisor import measure, tiers
+from engine.advisor import hardware, measure, tiers
 from engine.models.catalog import DEFAULT_MODEL, CatalogEntry, DraftSpec, HubFile
 from engine.errors import EngineError, InvalidRequest
 from engine.models.pull import pull as pull_model
